@@ -1,0 +1,28 @@
+# corl-bench: two commands for a fresh machine.
+#   make run   - virtualenv + install + the default main job (Co-RL, cross-family, micro profile)
+#   make test  - virtualenv + install with test extras + the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Where no NVIDIA GPU is visible, pin the CPU build of torch (otherwise pip resolves a multi-GB CUDA build).
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+CONSTRAINTS := $(if $(HAS_GPU),,-c constraints-cpu.txt)
+PYTEST_ARGS ?=
+
+.PHONY: install run test clean-venv
+
+$(VENV)/.installed: pyproject.toml constraints-cpu.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS) -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(VENV)/bin/corl-bench run --method corl --cohort cross-family
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

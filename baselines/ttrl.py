@@ -1,0 +1,61 @@
+"""TTRL (Zuo et al., arXiv 2504.16084): reward = agreement with the agent's *own* plurality vote.
+
+Follows ``PRIME-RL/TTRL`` (``verl/verl/workers/reward_manager/ttrl.py``, ``ttt_metrics.py``): the label is the
+plurality answer over ``votes_per_prompt`` samples (``Counter.most_common``: ties go to the answer seen first),
+every rollout is rewarded 1/0 by equivalence with it, and only the first ``samples_per_prompt`` rollouts of each
+prompt are trained on (the original TTRL votes on 64 and trains on 32). ``votes_per_prompt: 0`` (default) votes on
+the trained samples only, as the Co-RL release's TTRL baseline does. A prompt whose samples have no valid answer is
+unlabeled (reward 0), as Co-rewarding does (methods.md section 3, "Empty answers").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corl_bench.method import AgentRewards, Method, RewardInput
+from corl_bench.registries import METHODS
+from corl_bench.verifier import is_equivalent, plurality_vote
+
+
+@dataclass(frozen=True)
+class TTRLOptions:
+    votes_per_prompt: int = 0
+    """samples per prompt that vote (>= rollout.samples_per_prompt); 0 = vote on the trained samples"""
+
+    def __post_init__(self) -> None:
+        if self.votes_per_prompt < 0:
+            raise ValueError(f"votes_per_prompt must be >= 0 (got {self.votes_per_prompt})")
+
+
+@METHODS.register("ttrl")
+class TTRL(Method):
+    """TTRL: reward = agreement with the agent's own plurality vote."""
+
+    name = "ttrl"
+    min_agents = 1
+    uses_labels = False
+    extra_cost = "votes_per_prompt - samples_per_prompt extra generations per prompt (0 by default)"
+    reference = "TTRL, arXiv 2504.16084; PRIME-RL/TTRL verl/verl/workers/reward_manager/ttrl.py"
+    Options = TTRLOptions
+
+    def generation_n(self, samples_per_prompt: int) -> int:
+        v = self.options.votes_per_prompt
+        if v and v < samples_per_prompt:
+            from corl_bench.config import ConfigError
+
+            raise ConfigError(f"method.options.votes_per_prompt ({v}) must be >= rollout.samples_per_prompt "
+                              f"({samples_per_prompt}); set it to 0 to vote on the trained samples")
+        return max(v, samples_per_prompt)
+
+    def teachers(self) -> dict[str, list[str]]:
+        return {a.name: [a.name] for a in self.agents}
+
+    def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
+        k = batch.samples_per_prompt
+        out = {}
+        for name, ro in batch.rollouts.items():
+            labels = [plurality_vote(ans).label for ans in ro.answers]  # vote over all generated samples
+            rewards = [[1.0 if (lb is not None and a is not None and is_equivalent(a, lb)) else 0.0 for a in ans[:k]]
+                       for ans, lb in zip(ro.answers, labels)]
+            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels, own_votes=labels)
+        return out

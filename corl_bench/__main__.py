@@ -1,0 +1,3 @@
+from corl_bench.cli import main
+
+main()

@@ -1,0 +1,116 @@
+"""An agent: one model with its own tokenizer, optimizer, optional reference and sampling seed.
+
+The boundary is deliberately narrow — generate, update, save — so an agent can later live in its own process (or a
+Ray actor with its own GPUs) without any method changing. Agents never share parameters or gradients; Co-RL agents
+exchange extracted answers only, and that exchange happens in the method, above this layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from corl_bench import grpo
+from corl_bench.config import AgentSpec, GRPOConfig
+from corl_bench.rollout import Completion, SamplingParams, make_engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    loss: float
+    pg_loss: float
+    kl: float
+    clip_fraction: float
+    grad_norm: float
+    entropy: float  # mean token entropy of the policy on its own completions (at the rollout temperature)
+    n_tokens: int
+
+
+class Agent:
+    def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
+                 backend: str = "hf", temperature: float = 1.0) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cfg = grpo_cfg
+        self.temperature = temperature
+        self.engine = make_engine(backend, model, tokenizer)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=grpo_cfg.lr, betas=grpo_cfg.betas,
+                                           weight_decay=grpo_cfg.weight_decay)
+        self.reference = None
+        if grpo_cfg.kl_coef > 0:  # frozen copy of the initial policy for the k3 KL term
+            self.reference = copy.deepcopy(model).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+
+    # ------------------------------------------------------------------ rollouts
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+        return self.engine.generate(prompts, params)
+
+    # ------------------------------------------------------------------ update
+    def _batch(self, prompts: Sequence[str], completions: Sequence[Completion]) -> tuple[torch.Tensor, ...]:
+        """Right-padded (prompt + completion) ids, attention mask, completion mask and targets, all (N, L)."""
+        tok = self.tokenizer
+        p_ids = tok(list(prompts), add_special_tokens=True)["input_ids"]
+        rows = [(p, list(c.token_ids)) for p, c in zip(p_ids, completions)]
+        width = max(len(p) + len(c) for p, c in rows)
+        n = len(rows)
+        ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
+        att = torch.zeros((n, width), dtype=torch.long)
+        cmask = torch.zeros((n, width), dtype=torch.float32)
+        for r, (p, c) in enumerate(rows):
+            seq = p + c
+            ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            att[r, : len(seq)] = 1
+            cmask[r, len(p): len(seq)] = 1.0
+        return ids, att, cmask
+
+    def _token_logits(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+        """Logits predicting token t+1 at position t, aligned to targets ids[:, 1:]: (N, L-1, V)."""
+        return model(input_ids=ids, attention_mask=att).logits[:, :-1, :]
+
+    def update(self, prompts: Sequence[str], completions: Sequence[Completion], advantages: torch.Tensor,
+               max_len: int | None = None) -> UpdateStats:
+        """One GRPO policy step on N = len(completions) sequences; ``advantages`` is (N,).
+
+        One optimiser step per rollout batch (on-policy, the paper's setting): old log-probs are the current
+        ones, so the ratio is 1 and the clip is inactive; the gradient is the group-baselined policy gradient.
+        """
+        ids, att, cmask = self._batch(prompts, completions)
+        targets, mask = ids[:, 1:], cmask[:, 1:]
+        self.model.train()
+        logits = self._token_logits(self.model, ids, att)
+        logp = grpo.logprobs_from_logits(logits, targets, self.temperature)
+        with torch.no_grad():
+            entropy = grpo.entropy_from_logits(logits.detach(), self.temperature)
+            mean_entropy = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+        ref_logp = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logp = grpo.logprobs_from_logits(self._token_logits(self.reference, ids, att), targets,
+                                                     self.temperature)
+        out = grpo.grpo_loss(logp, logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
+                             clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, kl_coef=self.cfg.kl_coef,
+                             ref_logp=ref_logp, max_len=max_len)
+        self.optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.model.eval()
+        return UpdateStats(loss=float(out.loss.detach()), pg_loss=float(out.pg_loss), kl=float(out.kl),
+                           clip_fraction=float(out.clip_fraction), grad_norm=float(grad_norm),
+                           entropy=mean_entropy, n_tokens=int(mask.sum()))
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)

@@ -1,0 +1,163 @@
+"""``corl-bench``: run, validate, ls, table. Each command is a thin wrapper over a library function.
+
+Heavy imports (torch, transformers) happen inside ``run`` only, so ``ls``, ``validate`` (until it checks the GRPO
+loss name) and ``table`` start quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from corl_bench.config import ConfigError, dump_config, load_config
+from corl_bench.registry import RegistryError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Benchmark harness for label-free RL: Co-RL, TTRL, GT-Reward, ... on one GRPO core.")
+console = Console(stderr=True)
+KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles")
+
+
+def _fail(msg: str) -> None:
+    console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
+                        handlers=[RichHandler(console=console, show_path=False)], force=True)
+    for noisy in ("transformers", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def _overrides(method: Optional[str], cohort: Optional[str], seed: Optional[int], steps: Optional[int],
+               output_dir: Optional[str], run_id: Optional[str], sets: list[str]) -> list[str]:
+    out = []
+    for key, val in (("method.name", method), ("cohort.name", cohort), ("run.seed", seed), ("run.steps", steps),
+                     ("run.output_dir", output_dir), ("run.run_id", run_id)):
+        if val is not None:
+            out.append(f"{key}={val}")
+    return out + list(sets)
+
+
+@app.command()
+def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="registered method (ls methods)"),
+        cohort: Optional[str] = typer.Option(None, "--cohort", "-c", help="registered cohort (ls cohorts)"),
+        config: Optional[Path] = typer.Option(None, "--config", help="YAML config; flags override it"),
+        seed: Optional[int] = typer.Option(None, "--seed"),
+        steps: Optional[int] = typer.Option(None, "--steps"),
+        output_dir: Optional[str] = typer.Option(None, "--output-dir", help="default results/runs"),
+        run_id: Optional[str] = typer.Option(None, "--run-id"),
+        set_: list[str] = typer.Option([], "--set", "-s", help="override, e.g. --set grpo.lr=3e-5 (repeatable)"),
+        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Train + evaluate one (method, cohort, seed) cell; writes results/runs/<run_id>/."""
+    _setup_logging(verbose)
+    try:
+        cfg = load_config(config, _overrides(method, cohort, seed, steps, output_dir, run_id, set_))
+        from corl_bench.runner import resolve, run as run_cell
+
+        resolve(cfg)  # fail fast, before torch is imported and before anything is written
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # weight-loading bars would break the run's progress display
+        run_dir = run_cell(cfg, console=console)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail("interrupted; the run directory keeps what was written so far (run.json status: failed)")
+    console.print(f"run directory: {run_dir}")
+
+
+@app.command()
+def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (default: built-in defaults)"),
+             set_: list[str] = typer.Option([], "--set", "-s", help="override, e.g. --set grpo.lr=3e-5"),
+             method: Optional[str] = typer.Option(None, "--method", "-m"),
+             cohort: Optional[str] = typer.Option(None, "--cohort", "-c")) -> None:
+    """Check a config without training: print the resolved config and the derived batch sizes."""
+    try:
+        cfg = load_config(config, _overrides(method, cohort, None, None, None, None, set_))
+        from corl_bench.runner import resolve
+
+        plan = resolve(cfg)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    cfg = plan.config
+    k = cfg.rollout.samples_per_prompt
+    n = plan.method_cls(plan.options, cfg.cohort.agents).generation_n(k)
+    typer.echo(dump_config(cfg), nl=False)
+    agents = len(cfg.cohort.agents)
+    console.print(f"[green]valid.[/] {agents} agent(s); per step and agent: {cfg.rollout.prompts_per_step} prompts "
+                  f"x {n} generated ({k} trained) = {cfg.rollout.prompts_per_step * k} trained completions; "
+                  f"{cfg.run.steps} steps", highlight=False)
+
+
+@app.command("ls")
+def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmarks | families | profiles")) -> None:
+    """List what is registered (never imports torch)."""
+    from rich.table import Table
+
+    from corl_bench import registries
+
+    if kind not in KINDS:
+        _fail(f"unknown kind {kind!r}; valid: {', '.join(KINDS)}")
+    try:
+        reg = getattr(registries, kind.upper())
+        table = Table(title=kind)
+        if kind == "methods":
+            for col in ("name", "agents", "extra cost", "uses labels", "reference"):
+                table.add_column(col)
+            for name, cls in reg.items():
+                agents = f"{cls.min_agents}+" if cls.max_agents is None else str(cls.min_agents)
+                table.add_row(name, agents, cls.extra_cost, "yes" if cls.uses_labels else "no", cls.reference)
+        elif kind == "cohorts":
+            for col in ("name", "profile", "agents (ring order)", "description"):
+                table.add_column(col)
+            for name, c in reg.items():
+                agents = ", ".join(f"{a.name}" + (f" [{a.view}]" if a.view != "original" else "") for a in c.agents)
+                table.add_row(name, c.profile, agents, c.description)
+        elif kind == "benchmarks":
+            for col in ("name", "version", "profile", "metrics"):
+                table.add_column(col)
+            for name, spec in reg.items():
+                table.add_row(name, str(spec.get("version")), str(spec.get("profile")), ", ".join(spec["metrics"]))
+        elif kind == "families":
+            for col in ("name", "architecture", "tokenizer", "flaw (p_sys)"):
+                table.add_column(col)
+            for name, fam in reg.items():
+                table.add_row(name, fam.arch.replace("Config", ""), fam.tokenizer, f"{fam.flaw} ({fam.p_sys})")
+        else:
+            table.add_column("name")
+            for name in reg.names():
+                table.add_row(name)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    Console().print(table)
+
+
+@app.command()
+def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r"),
+          metrics: str = typer.Option("greedy,avg_k,maj_k", "--metrics", help="comma list of greedy, avg_k, maj_k, pass_k"),
+          out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where table.md/table.csv go (default: results dir)")) -> None:
+    """Results of every run under results/, recomputed from stored predictions."""
+    from corl_bench import table as table_mod
+
+    chosen = tuple(m.strip() for m in metrics.split(",") if m.strip())
+    bad = [m for m in chosen if m not in ("greedy", "avg_k", "maj_k", "pass_k")]
+    if bad or not chosen:
+        _fail(f"unknown metric(s) {', '.join(bad) or '(none)'}; valid: greedy, avg_k, maj_k, pass_k")
+    table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, console=Console())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""Configuration: one frozen dataclass per concern, loaded from YAML with ``key=value`` overrides.
+
+    model:   where models come from (profile, cache, dtype, threads)
+    rollout: how completions are sampled (backend, prompts per step, K, temperature, lengths)
+    grpo:    the policy update (lr, advantage normalisation, clip, loss aggregation, KL, grad clip)
+    method:  which registered method turns rollouts into rewards, plus its own options
+    cohort:  which agents train together (a registered cohort, or agents spelled out)
+    eval:    what is evaluated before/after training and how
+    run:     seed, steps, output directory, logging cadence
+
+A YAML file mirrors this nesting; ``corl-bench run --set grpo.lr=3e-5`` overrides one field. Every field is
+validated in ``__post_init__`` and a bad value raises :class:`ConfigError` with a one-line message naming the
+field and the fix. The resolved config (cohort expanded, defaults filled) is written into every run directory.
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem; ``str(e)`` is one line naming the field and the fix."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _positive(section: str, name: str, value: float, hint: str) -> None:
+    _check(value > 0, f"{section}.{name} must be > 0 (got {value!r}); set e.g. {section}.{name}={hint}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    profile: str = "micro"
+    """where models and data come from: ``micro`` (embedded tiny models, the default)"""
+    cache_dir: str | None = None
+    """micro checkpoints; default ``$CORL_BENCH_CACHE`` or ``~/.cache/corl-bench``"""
+    dtype: str = "float32"
+    """parameter dtype for training: float32 | bfloat16"""
+    threads: int = 0
+    """torch intra-op threads for the controller process; 0 = one per core"""
+
+    def __post_init__(self) -> None:
+        _check(self.dtype in ("float32", "bfloat16"),
+               f"model.dtype must be float32 or bfloat16 (got {self.dtype!r}); set model.dtype=float32")
+        _check(self.threads >= 0, f"model.threads must be >= 0 (got {self.threads}); use 0 for one per core")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    backend: str = "hf"
+    """rollout engine: ``hf`` (transformers generate with KV cache)"""
+    prompts_per_step: int = 16
+    """prompts per training step; every agent sees the same prompts in the same order"""
+    samples_per_prompt: int = 8
+    """K completions per prompt and agent (the GRPO group size)"""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 40
+    """completion cap; completions that hit it count as clipped"""
+
+    def __post_init__(self) -> None:
+        _check(self.backend == "hf", f"rollout.backend {self.backend!r} is not available; set rollout.backend=hf")
+        _positive("rollout", "prompts_per_step", self.prompts_per_step, "16")
+        _check(self.samples_per_prompt >= 2, f"rollout.samples_per_prompt must be >= 2 for group-normalised "
+               f"advantages (got {self.samples_per_prompt}); set e.g. rollout.samples_per_prompt=8")
+        _positive("rollout", "temperature", self.temperature, "1.0")
+        _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1] (got {self.top_p}); set rollout.top_p=1.0")
+        _positive("rollout", "max_new_tokens", self.max_new_tokens, "40")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    lr: float = 5e-5
+    """AdamW learning rate (constant); the critical knob for label-free runs"""
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.0
+    scale_std: bool = True
+    """divide group advantages by the group std (False = Dr. GRPO advantage)"""
+    adv_eps: float = 1e-6
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    loss_agg: str = "token-mean"
+    """token-mean (TRL bnpo) | seq-mean-token-mean (grpo) | seq-mean-token-sum-norm (dr_grpo)"""
+    kl_coef: float = 0.0
+    """k3 KL to the initial policy; 0 as in the paper (no reference model is kept)"""
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        from corl_bench.grpo import resolve_loss_agg  # torch-free import of a pure helper would be nicer; see below
+
+        _positive("grpo", "lr", self.lr, "5e-5")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+               f"grpo.betas must be two numbers in [0, 1) (got {self.betas!r}); set grpo.betas=[0.9,0.99]")
+        _check(self.weight_decay >= 0, f"grpo.weight_decay must be >= 0 (got {self.weight_decay})")
+        _positive("grpo", "adv_eps", self.adv_eps, "1e-6")
+        _check(0 <= self.clip_low < 1, f"grpo.clip_low must be in [0, 1) (got {self.clip_low}); set grpo.clip_low=0.2")
+        _check(self.clip_high >= 0, f"grpo.clip_high must be >= 0 (got {self.clip_high}); set grpo.clip_high=0.2")
+        try:
+            resolve_loss_agg(self.loss_agg)
+        except ValueError as e:
+            raise ConfigError(f"grpo.loss_agg: {e}") from None
+        _check(self.kl_coef >= 0, f"grpo.kl_coef must be >= 0 (got {self.kl_coef}); set grpo.kl_coef=0")
+        _positive("grpo", "max_grad_norm", self.max_grad_norm, "1.0")
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    name: str = "corl"
+    """a registered method (``corl-bench ls methods``)"""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """method-specific options, validated by the method (e.g. ``votes_per_prompt`` for ttrl)"""
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    """short id used in logs and file names (e.g. ``a0-qwen2-bpe``)"""
+    family: str
+    """a registered model family of the profile"""
+    view: str = "original"
+    """which wording of each prompt this agent sees: original | rephrased"""
+    seed_offset: int = 0
+    """added to run.seed for this agent's sampling RNG (agents never share rollout randomness)"""
+
+    def __post_init__(self) -> None:
+        _check(self.view in ("original", "rephrased"),
+               f"cohort agent {self.name!r}: view must be original or rephrased (got {self.view!r})")
+
+
+@dataclass(frozen=True)
+class CohortConfig:
+    name: str = "cross-family"
+    """a registered cohort (``corl-bench ls cohorts``) or a new name when ``agents`` is given"""
+    agents: tuple[AgentSpec, ...] = ()
+    """spelled-out agents; empty = take them from the registered cohort. Co-RL's ring follows this order:
+    agent n learns from agent n-1 (cyclic)"""
+    profile: str = ""
+    """the profile whose families the agents name (filled from the registered cohort)"""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        names = [a.name for a in self.agents]
+        _check(len(set(names)) == len(names), f"cohort {self.name!r}: agent names must be unique (got {names})")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    benchmarks: tuple[str, ...] = ("micro-test",)
+    samples: int = 8
+    """samples per problem for sampled pass@1 (avg@k) and maj@k"""
+    temperature: float = 1.0
+    greedy: bool = True
+    """also decode greedily (greedy pass@1)"""
+    max_problems: int = 0
+    """evaluate only the first N problems of each benchmark; 0 = all"""
+    max_new_tokens: int = 40
+    before: bool = True
+    """evaluate every agent before training (its base score)"""
+
+    def __post_init__(self) -> None:
+        _check(len(self.benchmarks) > 0, "eval.benchmarks is empty; set e.g. eval.benchmarks=[micro-test]")
+        _check(self.samples >= 0, f"eval.samples must be >= 0 (got {self.samples}); set eval.samples=8")
+        _positive("eval", "temperature", self.temperature, "1.0")
+        _check(self.max_problems >= 0, f"eval.max_problems must be >= 0 (got {self.max_problems}); 0 means all")
+        _positive("eval", "max_new_tokens", self.max_new_tokens, "40")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 0
+    steps: int = 60
+    """training steps (one rollout batch and one update per agent per step)"""
+    output_dir: str = "results/runs"
+    run_id: str = ""
+    """directory name under output_dir; empty = <method>-<cohort>-s<seed>-<timestamp>"""
+    log_samples_every: int = 10
+    """write sample logs (prompt, completion, answer, pseudo-label, truth, reward) every N steps"""
+    samples_per_log: int = 4
+    save_checkpoints: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 0, f"run.steps must be >= 0 (got {self.steps}); set e.g. run.steps=60")
+        _check(self.log_samples_every >= 0, f"run.log_samples_every must be >= 0 (got {self.log_samples_every})")
+        _check(self.samples_per_log >= 0, f"run.samples_per_log must be >= 0 (got {self.samples_per_log})")
+        _check("/" not in self.run_id and self.run_id not in (".", ".."),
+               f"run.run_id must be a plain directory name (got {self.run_id!r})")
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    cohort: CohortConfig = field(default_factory=CohortConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(dataclasses.asdict(self))
+
+    def replace(self, **sections: Any) -> "Config":
+        return dataclasses.replace(self, **sections)
+
+
+# ------------------------------------------------------------------------------------------- loading
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _coerce(path: str, tp: Any, value: Any) -> Any:
+    """Convert a YAML value to the annotated field type, or raise a one-line ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(path, args[0], value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path} must be a mapping of {', '.join(f.name for f in fields(tp))} (got {value!r})")
+        return _build(tp, value, path)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path} must be a list (got {value!r}); write e.g. {path}=[a,b]")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(f"{path}[{i}]", args[0], v) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"{path} must have {len(args)} items (got {len(value)})")
+        return tuple(_coerce(f"{path}[{i}]", a, v) for i, (a, v) in enumerate(zip(args, value)))
+    if origin in (Mapping, dict) or tp in (dict, Mapping):
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path} must be a mapping (got {value!r})")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be true or false (got {value!r})")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be an integer (got {value!r})")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{path} must be a number (got {value!r})")
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{path} must be a string (got {value!r})")
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"; did you mean {prefix}.{close[0]}?" if close else f"; valid: {', '.join(names)}"
+            raise ConfigError(f"unknown config key {prefix}.{key}{hint}".lstrip("."))
+        kwargs[key] = _coerce(f"{prefix}.{key}".lstrip("."), hints[key], value)
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # a required field missing (AgentSpec)
+        raise ConfigError(f"{prefix or 'config'}: {e}") from None
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        nxt = node.setdefault(k, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"override {dotted}: {k} is not a section")
+        node = nxt
+    node[keys[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``grpo.lr=3e-5`` -> ("grpo.lr", 3e-05); values are parsed as YAML (``[a,b]``, ``true``, numbers)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like section.key=value, e.g. grpo.lr=3e-5")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def config_from_dict(data: Mapping[str, Any] | None) -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a config must be a mapping of sections ({', '.join(f.name for f in fields(Config))})")
+    return _build(Config, data, "")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (optional), apply ``key=value`` overrides, validate, and return a frozen Config."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist; pass the path of a YAML file")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML{where}; fix the syntax") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {str(p)!r} is not UTF-8 text") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections, not {type(loaded).__name__}")
+        data = loaded or {}
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(data, key, value)
+    return config_from_dict(data)
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

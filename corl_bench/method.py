@@ -1,0 +1,126 @@
+"""The method contract: how one step's rollouts become rewards (and, rarely, advantages).
+
+A method is one file that subclasses :class:`Method` and registers itself::
+
+    from corl_bench.method import AgentRewards, Method, RewardInput
+    from corl_bench.registries import METHODS
+
+    @METHODS.register("my-method")
+    class MyMethod(Method):
+        '''One line on what the reward is, and the paper/code it follows.'''
+        min_agents = 1
+        def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
+            ...
+
+Everything else — sampling, answer extraction, advantages, the policy update, diagnostics, evaluation — is shared.
+The trainer hands a method only what it may see: every agent's extracted answers and completions, aligned by
+problem. The hidden ground truth is in ``RewardInput.labels`` **only** for methods that declare
+``uses_labels = True`` (GT-Reward); for every label-free method it is ``None``.
+
+Method files must stay torch-free at import time (``corl-bench ls methods`` reads the class attributes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+from corl_bench.config import AgentSpec, ConfigError
+
+
+@dataclass(frozen=True)
+class AgentRollouts:
+    """One agent's rollouts for one step. ``answers[p][k]`` is the normalised extracted answer (None = no answer)."""
+
+    agent: str
+    answers: list[list[str | None]]  # [P][N] with N = generation_n(K) >= K
+    completions: list[list[str]]  # [P][N]
+    finished: list[list[bool]]  # [P][N] False where the completion hit the token cap
+
+
+@dataclass(frozen=True)
+class RewardInput:
+    step: int
+    problem_ids: list[str]  # [P], identical for every agent (views are aligned by id)
+    rollouts: dict[str, AgentRollouts]  # agent name -> rollouts, in cohort order
+    samples_per_prompt: int  # K: the rollouts that are trained on are the first K of each prompt
+    labels: list[str] | None = None  # hidden truth; only for methods with uses_labels = True
+
+
+@dataclass
+class AgentRewards:
+    """Rewards for the first K rollouts of every prompt, plus what they were computed against."""
+
+    rewards: list[list[float]]  # [P][K]
+    pseudo_labels: list[str | None] | None = None  # [P] the label rewards were checked against (None = unlabeled)
+    own_votes: list[str | None] | None = None  # [P] this agent's own plurality answer, when the method computed it
+    metrics: dict[str, float] = field(default_factory=dict)  # method-specific scalars, logged as method/<key>
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Options of a method without options."""
+
+
+class Method:
+    """Base class. Subclasses set the class attributes and implement :meth:`rewards`."""
+
+    name: ClassVar[str] = ""
+    min_agents: ClassVar[int] = 1
+    max_agents: ClassVar[int | None] = None
+    uses_labels: ClassVar[bool] = False
+    extra_cost: ClassVar[str] = "none"  # extra forward passes or generations, for `ls methods`
+    reference: ClassVar[str] = ""  # paper / official code the implementation follows
+    Options: ClassVar[type] = NoOptions  # a frozen dataclass; MethodConfig.options is validated against it
+
+    def __init__(self, options: Any, agents: Sequence[AgentSpec]) -> None:
+        self.options = options
+        self.agents = tuple(agents)
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any]) -> Any:
+        """Validate ``method.options`` against ``cls.Options`` with one-line errors naming the option."""
+        valid = {f.name: f for f in dataclasses.fields(cls.Options)}
+        for key in raw:
+            if key not in valid:
+                names = ", ".join(valid) or "(none)"
+                raise ConfigError(f"method.options.{key} is not an option of method {cls.name!r}; valid: {names}")
+        try:
+            return cls.Options(**dict(raw))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"method.options for {cls.name!r}: {e}") from None
+
+    @classmethod
+    def check_cohort(cls, agents: Sequence[AgentSpec], cohort: str) -> None:
+        n = len(agents)
+        if n < cls.min_agents:
+            raise ConfigError(f"method {cls.name!r} needs at least {cls.min_agents} agents but cohort {cohort!r} has "
+                              f"{n}; pick a multi-agent cohort such as cross-family")
+        if cls.max_agents is not None and n > cls.max_agents:
+            raise ConfigError(f"method {cls.name!r} trains at most {cls.max_agents} agent(s) but cohort {cohort!r} "
+                              f"has {n}; use --cohort single")
+
+    # ---------------------------------------------------------------- the contract
+    def generation_n(self, samples_per_prompt: int) -> int:
+        """How many completions per prompt to generate (TTRL votes on more than it trains on)."""
+        return samples_per_prompt
+
+    def teachers(self) -> dict[str, list[str]]:
+        """Which agents' answers each agent's reward depends on (for logging and the peer-agreement diagnostic)."""
+        return {a.name: [] for a in self.agents}
+
+    def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
+        raise NotImplementedError(f"{type(self).__name__} must implement rewards()")
+
+    def advantages(self, batch: RewardInput, rewards: dict[str, AgentRewards]) -> dict[str, Any] | None:
+        """Optional override of the GRPO group advantages: agent -> (P, K) tensor. None = the shared GRPO core."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Method state to checkpoint (most methods are stateless)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None

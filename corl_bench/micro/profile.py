@@ -1,0 +1,159 @@
+"""The micro profile: where a run's models, training prompts and benchmarks come from when nothing can be downloaded.
+
+Checkpoints are cached under ``<cache>/micro-v<CACHE_VERSION>/<family>-<fingerprint>/`` as ordinary
+``save_pretrained`` folders; the fingerprint hashes the family definition, so changing a family rebuilds it and two
+definitions never share a folder. Missing checkpoints are warm-started in parallel, one single-threaded child process
+(``python -m corl_bench.micro.build``) per family (single-threaded so the rebuild is bit-identical on the same machine), written to a temporary folder and
+renamed into place, so an interrupted build never leaves a half checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from corl_bench.config import ConfigError, ModelConfig
+from corl_bench.micro.families import BUILTIN_FAMILIES, Family
+from corl_bench.micro.tasks import SUITE_VERSION, Problem, problem_stream, test_suite
+from corl_bench.micro.warmstart import render_prompt
+
+log = logging.getLogger(__name__)
+CACHE_VERSION = "1"
+
+ProgressFn = Callable[[str, int, int], None]  # (family, done, total)
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    """One benchmark problem: id, the problem (for its views) and the gold answer."""
+
+    id: str
+    problem: Problem
+    gold: str
+
+    def prompt(self, view: str = "original") -> str:
+        return render_prompt(self.problem.text(view))
+
+
+def default_cache_root() -> Path:
+    env = os.environ.get("CORL_BENCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "corl-bench"
+
+
+def fingerprint(family: Family) -> str:
+    blob = json.dumps({"family": dataclasses.asdict(family), "suite": SUITE_VERSION, "cache": CACHE_VERSION},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def _spawn_build(family: Family, target: Path) -> subprocess.Popen:
+    """Warm-start one family in a child process (``python -m corl_bench.micro.build``), reporting on stdout."""
+    payload = json.dumps(dataclasses.asdict(family))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "corl_bench.micro.build", "--target", str(target)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(payload)
+    proc.stdin.close()
+    return proc
+
+
+def _pump(family: str, proc: subprocess.Popen, progress: ProgressFn | None) -> None:
+    """Forward ``PROGRESS done total`` lines of a build process to the progress callback."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "PROGRESS" and progress is not None:
+            progress(family, int(parts[1]), int(parts[2]))
+
+
+class MicroProfile:
+    """Tiny models of different families and procedurally generated math (the embedded default)."""
+
+    name = "micro"
+
+    def __init__(self, model_cfg: ModelConfig | None = None) -> None:
+        cfg = model_cfg or ModelConfig()
+        self.cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
+
+    # ------------------------------------------------------------------ models
+    def family(self, name: str) -> Family:
+        from corl_bench.registries import FAMILIES
+
+        try:
+            return FAMILIES.get(name)
+        except KeyError as e:
+            raise ConfigError(str(e)) from None
+
+    def checkpoint_dir(self, family: str) -> Path:
+        fam = self.family(family)
+        return self.cache_root / f"micro-v{CACHE_VERSION}" / f"{fam.name}-{fingerprint(fam)}"
+
+    def missing(self, families: list[str]) -> list[str]:
+        return [f for f in dict.fromkeys(families) if not (self.checkpoint_dir(f) / "config.json").is_file()]
+
+    def ensure_checkpoints(self, families: list[str], progress: ProgressFn | None = None) -> dict[str, Path]:
+        """Warm-start every missing family (in parallel processes) and return family -> checkpoint dir."""
+        todo = self.missing(families)
+        if todo:
+            try:
+                (self.cache_root / f"micro-v{CACHE_VERSION}").mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(f"cannot create the micro model cache {self.cache_root} ({e.strerror}); "
+                                  f"set model.cache_dir or $CORL_BENCH_CACHE to a writable directory") from None
+            procs = {f: _spawn_build(self.family(f), self.checkpoint_dir(f)) for f in todo}
+            threads = [threading.Thread(target=_pump, args=(f, p, progress), daemon=True) for f, p in procs.items()]
+            for t in threads:
+                t.start()
+            failed = []
+            for f, proc in procs.items():
+                err = proc.stderr.read() if proc.stderr else ""
+                if proc.wait() != 0:
+                    last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or ["no output"]
+                    failed.append(f"{f} ({last[0].strip()})")
+            for t in threads:
+                t.join()
+            if failed:
+                raise RuntimeError(f"warm start failed for {', '.join(failed)}; nothing was cached for it, rerun "
+                                   f"to retry")
+        return {f: self.checkpoint_dir(f) for f in families}
+
+    def load(self, family: str) -> tuple[Any, Any]:
+        """Load a cached checkpoint (model in eval mode, left-padding tokenizer)."""
+        from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+        path = self.ensure_checkpoints([family])[family]
+        tok = PreTrainedTokenizerFast.from_pretrained(path)
+        tok.padding_side = "left"
+        model = AutoModelForCausalLM.from_pretrained(path)
+        model.eval()
+        return model, tok
+
+    # ------------------------------------------------------------------ data
+    def training_problems(self, seed: int) -> Iterator[Problem]:
+        """The unlabeled training stream; identical for every agent of a run (same data seed)."""
+        return problem_stream(seed, prefix="train")
+
+    def render(self, problem: Problem, view: str) -> str:
+        return render_prompt(problem.text(view))
+
+    def benchmark(self, name: str) -> list[BenchItem]:
+        from corl_bench.registries import BENCHMARKS
+
+        try:
+            spec = BENCHMARKS.get(name)
+        except KeyError as e:
+            raise ConfigError(str(e)) from None
+        if spec.get("profile") != "micro":
+            raise ConfigError(f"benchmark {name!r} is not a micro benchmark; the micro profile evaluates "
+                              f"micro-test or micro-dev")
+        return [BenchItem(p.id, p, p.answer) for p in test_suite(spec["source"]["suite"])]

@@ -1,0 +1,95 @@
+"""Warm start: a short supervised phase that turns a random tiny LM into an imperfect arithmetic solver.
+
+The corpus is the family's own flawed solutions (see ``families.flawed_solution``) of problems from a
+family-specific stream; loss on solution tokens only; AdamW with linear warmup and cosine decay to 10 %.
+Everything is seeded and runs single-threaded per family, so a rebuilt checkpoint is bit-identical on the same
+machine and torch build. Checkpoints are ordinary ``save_pretrained`` folders (model + tokenizer), so the loading
+code that serves them also serves real models.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from corl_bench.micro.families import Family, build_model, build_tokenizer, flawed_solution
+from corl_bench.micro.tasks import problem_stream
+
+log = logging.getLogger(__name__)
+
+PROMPT_SUFFIX = "\n"
+
+
+def render_prompt(text: str) -> str:
+    """The micro prompt format: the problem text and a newline; the tokenizer adds ``<bos>``."""
+    return text + PROMPT_SUFFIX
+
+
+def _examples(family: Family, n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    out = []
+    for p in itertools.islice(problem_stream(seed, prefix=f"warm-{family.name}"), n):
+        view = "rephrased" if rng.random() < family.rephrased_share else "original"
+        out.append((render_prompt(p.text(view)), flawed_solution(family, p, rng)))
+    return out
+
+
+def warm_start(family: Family, *, steps: int | None = None, progress: Callable[[int, int, Any], None] | None = None,
+               threads: int = 1) -> tuple[Any, Any, dict]:
+    """Build tokenizer and model for ``family`` and train them; returns (model, tokenizer, record)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    steps = family.warmstart_steps if steps is None else steps
+    bs = family.warmstart_batch
+    data = _examples(family, steps * bs, seed=family.seed)
+    tok = build_tokenizer(family.tokenizer, [p + s for p, s in data[:4000]])
+    torch.manual_seed(family.seed)
+    model = build_model(family, tok)
+    model.train()
+    eos = tok.eos_token_id
+    opt = torch.optim.AdamW(model.parameters(), lr=family.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
+    warm = max(1, steps // 15)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
+        0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    t0, losses = time.perf_counter(), []
+    enc_p = tok([p for p, _ in data], add_special_tokens=True)["input_ids"]
+    enc_s = tok([s for _, s in data], add_special_tokens=False)["input_ids"]
+    for step in range(steps):
+        rows = [(enc_p[i], enc_s[i] + [eos]) for i in range(step * bs, (step + 1) * bs)]
+        width = max(len(a) + len(b) for a, b in rows)
+        ids = torch.full((bs, width), tok.pad_token_id, dtype=torch.long)
+        labels = torch.full((bs, width), -100, dtype=torch.long)
+        att = torch.zeros((bs, width), dtype=torch.long)
+        for r, (a, b) in enumerate(rows):  # right padding for training
+            seq = a + b
+            ids[r, : len(seq)] = torch.tensor(seq)
+            labels[r, len(a): len(seq)] = torch.tensor(b)
+            att[r, : len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if progress is not None:
+            progress(step + 1, steps, model)
+    model.eval()
+    record = {"family": family.name, "steps": steps, "batch": bs, "lr": family.warmstart_lr, "seed": family.seed,
+              "final_loss": sum(losses[-20:]) / min(20, len(losses)), "seconds": time.perf_counter() - t0,
+              "n_params": sum(p.numel() for p in model.parameters())}
+    return model, tok, record
+
+
+def save_checkpoint(model: Any, tok: Any, record: dict, path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / "warmstart.json").write_text(json.dumps(record, indent=2))

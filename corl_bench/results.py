@@ -1,0 +1,117 @@
+"""The results store: run directories, environment records and crash-safe writes.
+
+A run directory (``results/runs/<run_id>/``) holds::
+
+    config.yaml          the resolved config (cohort expanded, defaults filled)
+    env.json             package versions, python, platform, seed, git commit, command line
+    run.json             method, cohort, agents, status (running | finished | failed), timings
+    metrics.jsonl        one line per step and agent: rewards and label-free diagnostics
+    samples.jsonl        every N steps: prompt, completion, extracted answer, pseudo-label, hidden truth, reward
+    eval/<phase>/<agent>/<benchmark>.jsonl   per-sample predictions (phase: base | final)
+    checkpoints/final/<agent>/               save_pretrained folders
+
+JSON files are written atomically (temporary file in the same directory, fsync, rename); JSONL files are appended
+one complete line at a time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+TRACKED_PACKAGES = ("corl-bench", "torch", "transformers", "tokenizers", "math-verify", "numpy", "rich", "typer",
+                    "pyyaml")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def append_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Append complete lines (one ``write`` per batch of rows, each row ends with a newline)."""
+    payload = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows)
+    if not payload:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(payload)
+        f.flush()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def git_commit(cwd: Path | None = None) -> str | None:
+    """The commit of the corl-bench checkout (``+dirty`` when it has uncommitted changes), None outside git."""
+    where = cwd or Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                               capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment_record(seed: int) -> dict[str, Any]:
+    versions = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
+            "cpu_count": os.cpu_count(), "packages": versions, "seed": seed, "git_commit": git_commit(),
+            "argv": sys.argv, "created_at": now_iso()}
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_dir(output_dir: Path, run_id: str) -> Path:
+    """Create ``output_dir/run_id`` exclusively (``-2``, ``-3``... when the name is taken by a concurrent run)."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from corl_bench.config import ConfigError
+
+        raise ConfigError(f"cannot create results directory {output_dir} ({e.strerror}); "
+                          f"set run.output_dir to a writable path") from None
+    for i in range(1, 1000):
+        path = output_dir / (run_id if i == 1 else f"{run_id}-{i}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not find a free run directory name for {run_id} in {output_dir}")

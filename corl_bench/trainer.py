@@ -1,0 +1,133 @@
+"""The training loop: one controller, N agents, one method. It reads top to bottom like one step::
+
+    prompts (same problems, same order for every agent; each agent sees its own view)
+      -> each agent generates completions               (rollout engine, per-agent seed)
+      -> answers extracted once                          (the verifier, shared with evaluation)
+      -> method.rewards(batch) -> rewards per agent      (the hidden truth only if method.uses_labels)
+      -> group-normalised advantages per agent           (GRPO core, unless the method overrides them)
+      -> one policy update per agent
+      -> diagnostics logged; sample logs every N steps
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from corl_bench import grpo
+from corl_bench.agent import Agent
+from corl_bench.config import Config
+from corl_bench.diagnostics import agent_diagnostics
+from corl_bench.method import AgentRollouts, Method, RewardInput
+from corl_bench.results import append_jsonl
+from corl_bench.rollout import SamplingParams
+from corl_bench.verifier import extract_normalized, plurality_vote
+
+log = logging.getLogger(__name__)
+
+
+def rollout_seed(run_seed: int, seed_offset: int, step: int) -> int:
+    """Per-agent, per-step sampling seed: agents never share rollout randomness, reruns reproduce it."""
+    return (run_seed * 1_000_003 + seed_offset * 7_919 + step * 104_729 + 17) % (2**31)
+
+
+@dataclass
+class StepResult:
+    step: int
+    metrics: dict[str, dict[str, float | None]]  # agent -> diagnostics
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class Trainer:
+    """Runs the training steps of one run; evaluation and bookkeeping live in :mod:`corl_bench.runner`."""
+
+    def __init__(self, cfg: Config, agents: list[Agent], method: Method, profile: Any, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.agents = agents
+        self.method = method
+        self.profile = profile
+        self.run_dir = run_dir
+        self.stream: Iterator[Any] = profile.training_problems(cfg.run.seed)
+
+    def step(self, step: int) -> StepResult:
+        cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt
+        n = self.method.generation_n(k)
+        problems = list(islice(self.stream, cfg.rollout.prompts_per_step))
+        truth = [p.answer for p in problems]
+        timer: dict[str, float] = {}
+
+        # 1. rollouts: same problems for everyone, each agent in its own view and with its own seed
+        t0 = time.perf_counter()
+        prompts, comps, rollouts = {}, {}, {}
+        for a in self.agents:
+            prompts[a.name] = [self.profile.render(p, a.spec.view) for p in problems]
+            params = SamplingParams(n=n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                    max_new_tokens=cfg.rollout.max_new_tokens,
+                                    seed=rollout_seed(cfg.run.seed, a.spec.seed_offset, step))
+            comps[a.name] = a.generate(prompts[a.name], params)
+            rollouts[a.name] = AgentRollouts(
+                agent=a.name,
+                answers=[[extract_normalized(c.text) for c in row] for row in comps[a.name]],
+                completions=[[c.text for c in row] for row in comps[a.name]],
+                finished=[[c.finished for c in row] for row in comps[a.name]])
+        timer["rollout"] = time.perf_counter() - t0
+
+        # 2. rewards: the method sees answers; labels only if it declares uses_labels
+        t0 = time.perf_counter()
+        batch = RewardInput(step=step, problem_ids=[p.id for p in problems], rollouts=rollouts,
+                            samples_per_prompt=k, labels=truth if self.method.uses_labels else None)
+        rewards = self.method.rewards(batch)
+        override = self.method.advantages(batch, rewards)
+        votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in rollouts.items()}
+        timer["reward"] = time.perf_counter() - t0
+
+        # 3. advantages and one update per agent
+        t0 = time.perf_counter()
+        result = StepResult(step=step, metrics={})
+        for a in self.agents:
+            r = torch.tensor(rewards[a.name].rewards, dtype=torch.float32)  # (P, K)
+            if override is not None and a.name in override:
+                adv = torch.as_tensor(override[a.name], dtype=torch.float32)
+            else:
+                adv = grpo.group_advantages(r, scale_std=cfg.grpo.scale_std, eps=cfg.grpo.adv_eps)
+            train_comps = [row[j] for row in comps[a.name] for j in range(k)]
+            train_prompts = [pr for pr in prompts[a.name] for _ in range(k)]
+            stats = a.update(train_prompts, train_comps, adv.reshape(-1), max_len=cfg.rollout.max_new_tokens)
+            result.metrics[a.name] = agent_diagnostics(
+                rollouts=rollouts[a.name], rewards=rewards[a.name], truth=truth, k=k, own_votes=votes[a.name],
+                other_votes={o.name: votes[o.name] for o in self.agents if o.name != a.name},
+                lengths=[len(c.token_ids) for c in train_comps], update=stats,
+                zero_std_fraction=grpo.zero_std_fraction(r))
+        timer["update"] = time.perf_counter() - t0
+        result.seconds = timer
+
+        every = cfg.run.log_samples_every
+        if every and (step % every == 0 or step == cfg.run.steps - 1):
+            result.samples = self._samples(step, problems, prompts, comps, rollouts, rewards, truth)
+        return result
+
+    def _samples(self, step, problems, prompts, comps, rollouts, rewards, truth) -> list[dict[str, Any]]:
+        rows = []
+        for a in self.agents:
+            for i in range(min(self.cfg.run.samples_per_log, len(problems))):
+                labels = rewards[a.name].pseudo_labels
+                rows.append({"step": step, "agent": a.name, "problem_id": problems[i].id, "view": a.spec.view,
+                             "prompt": prompts[a.name][i], "completion": comps[a.name][i][0].text,
+                             "extracted": rollouts[a.name].answers[i][0],
+                             "pseudo_label": labels[i] if labels is not None else None,
+                             "truth": truth[i], "reward": rewards[a.name].rewards[i][0]})
+        return rows
+
+    def write(self, result: StepResult) -> None:
+        rows = [{"step": result.step, "agent": name, **vals, **{f"time/{k}": v for k, v in result.seconds.items()}}
+                for name, vals in result.metrics.items()]
+        append_jsonl(self.run_dir / "metrics.jsonl", rows)
+        if result.samples:
+            append_jsonl(self.run_dir / "samples.jsonl", result.samples)

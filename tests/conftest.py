@@ -1,0 +1,49 @@
+"""Shared fixtures: tiny *untrained* models of the micro families (seconds to build, no warm start)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def tiny_family(name: str, **overrides):
+    from corl_bench.micro.families import BUILTIN_FAMILIES
+
+    fam = BUILTIN_FAMILIES[name]
+    small = {"hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "n_inner": 64, "num_hidden_layers": 1,
+             "n_layer": 1, "num_attention_heads": 2, "n_head": 2, "num_key_value_heads": 1}
+    kwargs = tuple((k, small.get(k, v)) for k, v in fam.model_kwargs)
+    return dataclasses.replace(fam, name=f"tiny-{name}", model_kwargs=kwargs, **overrides)
+
+
+def build_tiny(name: str, seed: int = 0):
+    """(model, tokenizer) of a tiny random-init model with the family's real tokenizer kind."""
+    import itertools
+
+    import torch
+
+    from corl_bench.micro.families import build_model, build_tokenizer
+    from corl_bench.micro.tasks import problem_stream
+    from corl_bench.micro.warmstart import render_prompt
+
+    fam = tiny_family(name)
+    corpus = [render_prompt(p.text(v)) + p.solution() for p in itertools.islice(problem_stream(0), 300)
+              for v in ("original", "rephrased")]
+    tok = build_tokenizer(fam.tokenizer, corpus)
+    torch.manual_seed(seed)
+    model = build_model(fam, tok).eval()
+    return model, tok
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen():
+    return build_tiny("qwen2-bpe")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    return build_tiny("llama-word")

@@ -1,0 +1,79 @@
+"""Co-RL: every agent is rewarded by agreement with its *peer's* plurality vote (no labels).
+
+Follows the official release (``DrStranded/Co-RL`` ``llm/trainers/co_rl/co_rl_trainer.py::_calculate_rewards`` and
+``co_label_utils.py``): each agent extracts an answer from each of its K rollouts and takes a plurality vote
+(exact equality of normalised answers; ties go to the answer seen first; unparseable rollouts do not vote). Agent n
+is rewarded 1/0 by whether its own extracted answer is equivalent to the vote of agent n-1 (indices cyclic: a
+directed ring, so with two agents each learns from the other). A peer with no valid answer on a prompt labels
+nothing: all K of my rollouts get 0 there (the release's unlabeled sentinel), so the prompt carries no gradient.
+A rollout of mine with no answer gets 0. Advantages are group-normalised per agent by the shared core.
+
+Deviation: equivalence is ``math-verify`` (the project's one verifier) instead of the release's prm800k/sympy
+grader; on the micro profile's integer answers the two agree.
+Option ``supervision: peer-majority`` (a control, not the paper) labels agent n with the strict majority of all
+its peers' votes (ties unlabeled), the rule of the release's unused ``_peer_majority_vote`` helper.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from corl_bench.method import AgentRewards, Method, RewardInput
+from corl_bench.registries import METHODS
+from corl_bench.verifier import is_equivalent, plurality_vote
+
+
+@dataclass(frozen=True)
+class CoRLOptions:
+    supervision: str = "ring"
+    """ring (paper: agent n learns from agent n-1) | peer-majority (strict majority of all peers' votes)"""
+    threshold: float = 0.0
+    """a peer vote whose share of valid answers is below this labels nothing (release default 0.0)"""
+
+    def __post_init__(self) -> None:
+        if self.supervision not in ("ring", "peer-majority"):
+            raise ValueError(f"supervision must be ring or peer-majority (got {self.supervision!r})")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1] (got {self.threshold})")
+
+
+@METHODS.register("corl", aliases=("co-rl",))
+class CoRL(Method):
+    """Co-RL: reward = agreement with the peer's plurality vote (directed ring)."""
+
+    name = "corl"
+    min_agents = 2
+    uses_labels = False
+    extra_cost = "none (agents exchange answers only)"
+    reference = "Co-RL, arXiv 2608.17253; DrStranded/Co-RL llm/trainers/co_rl/co_rl_trainer.py"
+    Options = CoRLOptions
+
+    def teachers(self) -> dict[str, list[str]]:
+        names = [a.name for a in self.agents]
+        if self.options.supervision == "ring":
+            return {n: [names[i - 1]] for i, n in enumerate(names)}
+        return {n: [m for m in names if m != n] for n in names}
+
+    def _label(self, votes: list[str | None]) -> str | None:
+        if self.options.supervision == "ring" or len(votes) == 1:
+            return votes[0]
+        counts = Counter(v for v in votes if v is not None)
+        if not counts:
+            return None
+        (top, c), *rest = counts.most_common()
+        return top if c * 2 > len(votes) else None  # strict majority of all peers, ties unlabeled
+
+    def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
+        k = batch.samples_per_prompt
+        votes = {name: [plurality_vote(ans, self.options.threshold).label for ans in ro.answers]
+                 for name, ro in batch.rollouts.items()}
+        out = {}
+        for name, peers in self.teachers().items():
+            ro = batch.rollouts[name]
+            labels = [self._label([votes[p][i] for p in peers]) for i in range(len(batch.problem_ids))]
+            rewards = [[1.0 if (label is not None and a is not None and is_equivalent(a, label)) else 0.0
+                        for a in ro.answers[i][:k]] for i, label in enumerate(labels)]
+            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels, own_votes=votes[name],
+                                     metrics={"unlabeled_fraction": sum(lb is None for lb in labels) / max(1, len(labels))})
+        return out
