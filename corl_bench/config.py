@@ -22,9 +22,12 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import yaml
+
+from corl_bench.loss_modes import resolve_loss_agg
 
 
 class ConfigError(ValueError):
@@ -98,12 +101,10 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
-        from corl_bench.grpo import resolve_loss_agg  # torch-free import of a pure helper would be nicer; see below
-
         _positive("grpo", "lr", self.lr, "5e-5")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
                f"grpo.betas must be two numbers in [0, 1) (got {self.betas!r}); set grpo.betas=[0.9,0.99]")
-        _check(self.weight_decay >= 0, f"grpo.weight_decay must be >= 0 (got {self.weight_decay})")
+        _check(self.weight_decay >= 0, f"grpo.weight_decay must be >= 0 (got {self.weight_decay}); set grpo.weight_decay=0")
         _positive("grpo", "adv_eps", self.adv_eps, "1e-6")
         _check(0 <= self.clip_low < 1, f"grpo.clip_low must be in [0, 1) (got {self.clip_low}); set grpo.clip_low=0.2")
         _check(self.clip_high >= 0, f"grpo.clip_high must be >= 0 (got {self.clip_high}); set grpo.clip_high=0.2")
@@ -136,7 +137,8 @@ class AgentSpec:
 
     def __post_init__(self) -> None:
         _check(self.view in ("original", "rephrased"),
-               f"cohort agent {self.name!r}: view must be original or rephrased (got {self.view!r})")
+               f"cohort agent {self.name!r}: view must be original or rephrased (got {self.view!r}); "
+               f"set view: original")
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ class EvalConfig:
         _check(len(self.benchmarks) > 0, "eval.benchmarks is empty; set e.g. eval.benchmarks=[micro-test]")
         _check(self.samples >= 0, f"eval.samples must be >= 0 (got {self.samples}); set eval.samples=8")
         _positive("eval", "temperature", self.temperature, "1.0")
-        _check(self.max_problems >= 0, f"eval.max_problems must be >= 0 (got {self.max_problems}); 0 means all")
+        _check(self.max_problems >= 0, f"eval.max_problems must be >= 0 (got {self.max_problems}); set eval.max_problems=0 for all")
         _positive("eval", "max_new_tokens", self.max_new_tokens, "40")
 
 
@@ -192,10 +194,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, f"run.steps must be >= 0 (got {self.steps}); set e.g. run.steps=60")
-        _check(self.log_samples_every >= 0, f"run.log_samples_every must be >= 0 (got {self.log_samples_every})")
-        _check(self.samples_per_log >= 0, f"run.samples_per_log must be >= 0 (got {self.samples_per_log})")
+        _check(self.log_samples_every >= 0, f"run.log_samples_every must be >= 0 (got {self.log_samples_every}); "
+               f"set run.log_samples_every=10 (0 = never)")
+        _check(self.samples_per_log >= 0, f"run.samples_per_log must be >= 0 (got {self.samples_per_log}); set run.samples_per_log=4")
         _check("/" not in self.run_id and self.run_id not in (".", ".."),
-               f"run.run_id must be a plain directory name (got {self.run_id!r})")
+               f"run.run_id must be a plain directory name (got {self.run_id!r}); use letters, digits and '-'")
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,8 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
             return None
         return _coerce(path, args[0], value)
     if dataclasses.is_dataclass(tp):
+        if value is None:  # an empty YAML section
+            value = {}
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path} must be a mapping of {', '.join(f.name for f in fields(tp))} (got {value!r})")
         return _build(tp, value, path)
@@ -245,22 +250,23 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(f"{path}[{i}]", args[0], v) for i, v in enumerate(value))
         if len(value) != len(args):
-            raise ConfigError(f"{path} must have {len(args)} items (got {len(value)})")
+            raise ConfigError(f"{path} must have {len(args)} items (got {len(value)}); write e.g. {path}=[0.9,0.99]")
         return tuple(_coerce(f"{path}[{i}]", a, v) for i, (a, v) in enumerate(zip(args, value)))
     if origin in (Mapping, dict) or tp in (dict, Mapping):
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{path} must be a mapping (got {value!r})")
+            raise ConfigError(f"{path} must be a mapping of option: value (got {value!r}); write e.g. "
+                              f"{path}={{name: value}}")
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{path} must be true or false (got {value!r})")
+        raise ConfigError(f"{path} must be true or false (got {value!r}); set {path}=true or {path}=false")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{path} must be an integer (got {value!r})")
+        raise ConfigError(f"{path} must be an integer (got {value!r}); set e.g. {path}=1")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -269,11 +275,11 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{path} must be a number (got {value!r})")
+        raise ConfigError(f"{path} must be a number (got {value!r}); set e.g. {path}=0.5")
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{path} must be a string (got {value!r})")
+        raise ConfigError(f"{path} must be a string (got {value!r}); quote it, e.g. {path}='text'")
     return value
 
 
@@ -309,6 +315,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like section.key=value, e.g. grpo.lr=3e-5")
     key, raw = item.split("=", 1)
+    if not key.strip():
+        raise ConfigError(f"override {item!r} has no key; write section.key=value, e.g. grpo.lr=3e-5")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -329,6 +337,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"config path {str(p)!r} is a directory; pass the path of a YAML file")
         if not p.is_file():
             raise ConfigError(f"config file {str(p)!r} does not exist; pass the path of a YAML file")
         try:

@@ -26,32 +26,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-LOSS_AGG_ALIASES = {
-    "bnpo": "token-mean",
-    "grpo": "seq-mean-token-mean",
-    "dr_grpo": "seq-mean-token-sum-norm",
-    "dr-grpo": "seq-mean-token-sum-norm",
-}
+from corl_bench.loss_modes import LOSS_AGG_ALIASES, LOSS_AGG_MODES, resolve_loss_agg  # noqa: F401 (re-export)
 
 _LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios to [-20, 20] before exp
 _K3_CLAMP = 10.0  # verl low_var_kl clamps the estimate to [-10, 10]
-
-
-def resolve_loss_agg(mode: str) -> str:
-    """Canonical loss-aggregation name for ``mode`` (a canonical name or an alias).
-
-    Canonical names are verl's ``loss_agg_mode`` values; aliases are TRL's
-    ``loss_type`` values. Raises ValueError listing valid modes and aliases.
-    """
-    if mode in LOSS_AGG_MODES:
-        return mode
-    if mode in LOSS_AGG_ALIASES:
-        return LOSS_AGG_ALIASES[mode]
-    raise ValueError(
-        f"unknown loss aggregation {mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}; "
-        f"aliases: {', '.join(f'{k}={v}' for k, v in LOSS_AGG_ALIASES.items())}"
-    )
 
 
 def group_advantages(

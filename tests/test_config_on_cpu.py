@@ -1,0 +1,616 @@
+"""Tests for ``corl_bench.config`` (loading, overrides, validation) and ``corl_bench.runner.resolve``.
+
+Everything here is CPU-only and writes only under ``tmp_path``. ``resolve`` never trains or writes anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from corl_bench.config import (
+    AgentSpec,
+    CohortConfig,
+    Config,
+    ConfigError,
+    EvalConfig,
+    GRPOConfig,
+    MethodConfig,
+    ModelConfig,
+    RolloutConfig,
+    RunConfig,
+    config_from_dict,
+    dump_config,
+    load_config,
+    parse_override,
+)
+from corl_bench.runner import Plan, resolve
+
+FIX_WORDS = ("set", "use", "valid")
+
+
+def _config_error(*overrides: str, path: Path | None = None) -> str:
+    """The message of the ConfigError that ``load_config(path, overrides)`` raises."""
+    with pytest.raises(ConfigError) as info:
+        load_config(path, list(overrides))
+    return str(info.value)
+
+
+def _resolve_error(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        resolve(load_config(None, list(overrides)))
+    return str(info.value)
+
+
+def _assert_one_line(msg: str) -> None:
+    assert msg.strip(), "empty error message"
+    assert "\n" not in msg and "\r" not in msg, f"error message is not one line: {msg!r}"
+
+
+def _write_yaml(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- defaults
+def test_defaults_build_and_validate() -> None:
+    cfg = load_config()
+    assert isinstance(cfg, Config)
+    assert cfg == Config()
+    assert cfg.model == ModelConfig()
+    assert cfg.rollout == RolloutConfig()
+    assert cfg.grpo == GRPOConfig()
+    assert cfg.method == MethodConfig()
+    assert cfg.cohort == CohortConfig()
+    assert cfg.eval == EvalConfig()
+    assert cfg.run == RunConfig()
+    assert cfg.method.name == "corl"
+    assert cfg.cohort.name == "cross-family"
+    assert cfg.cohort.agents == ()  # expanded only by resolve()
+    assert cfg.eval.benchmarks == ("micro-test",)
+
+
+def test_default_config_resolves() -> None:
+    plan = resolve(load_config())
+    assert isinstance(plan, Plan)
+    assert plan.config.method.name == "corl"
+    assert len(plan.config.cohort.agents) == 2
+
+
+def test_config_is_frozen() -> None:
+    cfg = load_config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.run.steps = 3  # type: ignore[misc]
+
+
+# ----------------------------------------------------------------------------------------------- YAML files
+def test_yaml_file_with_nested_sections_is_loaded(tmp_path: Path) -> None:
+    path = _write_yaml(tmp_path, """
+        model:
+          dtype: bfloat16
+          threads: 2
+        rollout:
+          prompts_per_step: 4
+          samples_per_prompt: 6
+          temperature: 0.7
+        grpo:
+          lr: 1.0e-4
+          betas: [0.8, 0.95]
+          scale_std: false
+          loss_agg: dr_grpo
+        method:
+          name: ttrl
+          options: {votes_per_prompt: 12}
+        cohort:
+          name: single
+        eval:
+          benchmarks: [micro-dev]
+          greedy: false
+          max_problems: 10
+        run:
+          seed: 7
+          steps: 3
+          run_id: my-run
+    """.replace("\n        ", "\n"))
+    cfg = load_config(path)
+    assert cfg.model.dtype == "bfloat16" and cfg.model.threads == 2
+    assert cfg.rollout.prompts_per_step == 4 and cfg.rollout.samples_per_prompt == 6
+    assert cfg.rollout.temperature == pytest.approx(0.7)
+    assert cfg.grpo.lr == pytest.approx(1e-4)
+    assert cfg.grpo.betas == (0.8, 0.95)
+    assert cfg.grpo.scale_std is False
+    assert cfg.grpo.loss_agg == "dr_grpo"
+    assert cfg.method.name == "ttrl" and dict(cfg.method.options) == {"votes_per_prompt": 12}
+    assert cfg.cohort.name == "single"
+    assert cfg.eval.benchmarks == ("micro-dev",) and cfg.eval.greedy is False and cfg.eval.max_problems == 10
+    assert cfg.run.seed == 7 and cfg.run.steps == 3 and cfg.run.run_id == "my-run"
+    # untouched fields keep their defaults
+    assert cfg.rollout.top_p == 1.0 and cfg.grpo.clip_low == 0.2 and cfg.run.output_dir == "results/runs"
+
+
+def test_empty_yaml_file_gives_defaults(tmp_path: Path) -> None:
+    assert load_config(_write_yaml(tmp_path, "# nothing set\n")) == Config()
+
+
+def test_string_path_is_accepted(tmp_path: Path) -> None:
+    path = _write_yaml(tmp_path, "run:\n  steps: 5\n")
+    assert load_config(str(path)).run.steps == 5
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "42\n"])
+def test_yaml_file_that_is_not_a_mapping_is_rejected_in_one_line(tmp_path: Path, text: str) -> None:
+    path = _write_yaml(tmp_path, text)
+    msg = _config_error(path=path)
+    _assert_one_line(msg)
+    assert "mapping" in msg
+    assert str(path) in msg
+
+
+def test_invalid_yaml_is_rejected_in_one_line(tmp_path: Path) -> None:
+    path = _write_yaml(tmp_path, "run: [1,\n  steps: 3\ngrpo: {lr: \n")
+    msg = _config_error(path=path)
+    _assert_one_line(msg)
+    assert "not valid YAML" in msg
+    assert str(path) in msg
+
+
+def test_missing_config_file_is_rejected_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "nope" / "missing.yaml"
+    msg = _config_error(path=path)
+    _assert_one_line(msg)
+    assert "does not exist" in msg
+    assert str(path) in msg
+
+
+def test_directory_as_config_file_is_rejected(tmp_path: Path) -> None:
+    msg = _config_error(path=tmp_path)
+    _assert_one_line(msg)
+
+
+def test_yaml_section_that_is_not_a_mapping_is_rejected(tmp_path: Path) -> None:
+    msg = _config_error(path=_write_yaml(tmp_path, "grpo: 5\n"))
+    _assert_one_line(msg)
+    assert "grpo" in msg and "mapping" in msg
+
+
+def test_unknown_key_in_yaml_file_suggests_the_close_one(tmp_path: Path) -> None:
+    msg = _config_error(path=_write_yaml(tmp_path, "rollout:\n  temprature: 0.5\n"))
+    _assert_one_line(msg)
+    assert "rollout.temprature" in msg
+    assert "did you mean rollout.temperature" in msg
+
+
+def test_unknown_top_level_section_lists_sections() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"trainer": {"lr": 1}})
+    msg = str(info.value)
+    _assert_one_line(msg)
+    assert "trainer" in msg
+    for section in ("model", "rollout", "grpo", "method", "cohort", "eval", "run"):
+        assert section in msg
+
+
+def test_config_from_dict_rejects_a_non_mapping() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(["grpo"])  # type: ignore[arg-type]
+    _assert_one_line(str(info.value))
+
+
+# ----------------------------------------------------------------------------------------------- overrides
+def test_parse_override_parses_values_as_yaml() -> None:
+    assert parse_override("run.steps=5") == ("run.steps", 5)
+    assert parse_override("grpo.lr=0.001") == ("grpo.lr", 0.001)
+    assert parse_override("eval.greedy=false") == ("eval.greedy", False)
+    assert parse_override("eval.benchmarks=[micro-test,micro-dev]") == ("eval.benchmarks", ["micro-test", "micro-dev"])
+    assert parse_override("run.run_id=") == ("run.run_id", "")
+    assert parse_override(" run.seed =3") == ("run.seed", 3)
+
+
+def test_override_without_equals_sign_is_rejected() -> None:
+    msg = _config_error("grpo.lr")
+    _assert_one_line(msg)
+    assert "section.key=value" in msg
+
+
+def test_overrides_of_numbers_lists_and_booleans() -> None:
+    cfg = load_config(None, ["run.steps=5", "grpo.lr=3e-5", "rollout.temperature=0.5", "grpo.betas=[0.5,0.6]",
+                             "eval.benchmarks=[micro-test,micro-dev]", "eval.greedy=false",
+                             "run.save_checkpoints=false", "grpo.scale_std=false"])
+    assert cfg.run.steps == 5 and isinstance(cfg.run.steps, int)
+    assert cfg.grpo.lr == pytest.approx(3e-5) and isinstance(cfg.grpo.lr, float)  # "3e-5" is a YAML string
+    assert cfg.rollout.temperature == pytest.approx(0.5)
+    assert cfg.grpo.betas == (0.5, 0.6)
+    assert cfg.eval.benchmarks == ("micro-test", "micro-dev")
+    assert cfg.eval.greedy is False
+    assert cfg.run.save_checkpoints is False
+    assert cfg.grpo.scale_std is False
+
+
+def test_comma_string_override_becomes_a_list() -> None:
+    assert load_config(None, ["eval.benchmarks=micro-test,micro-dev"]).eval.benchmarks == ("micro-test", "micro-dev")
+
+
+def test_integer_override_for_a_float_field_becomes_a_float() -> None:
+    cfg = load_config(None, ["rollout.temperature=2"])
+    assert cfg.rollout.temperature == 2.0 and isinstance(cfg.rollout.temperature, float)
+
+
+def test_overrides_take_precedence_over_the_yaml_file(tmp_path: Path) -> None:
+    path = _write_yaml(tmp_path, "run:\n  steps: 10\n  seed: 4\ngrpo:\n  lr: 1.0e-4\n"
+                                 "eval:\n  benchmarks: [micro-test]\n  greedy: true\n")
+    cfg = load_config(path, ["run.steps=2", "grpo.lr=2e-5", "eval.benchmarks=[micro-test,micro-dev]",
+                             "eval.greedy=false", "method.name=ttrl"])
+    assert cfg.run.steps == 2
+    assert cfg.run.seed == 4  # not overridden: from the file
+    assert cfg.grpo.lr == pytest.approx(2e-5)
+    assert cfg.eval.benchmarks == ("micro-test", "micro-dev")
+    assert cfg.eval.greedy is False
+    assert cfg.method.name == "ttrl"
+
+
+def test_later_override_wins() -> None:
+    assert load_config(None, ["run.steps=1", "run.steps=9"]).run.steps == 9
+
+
+def test_mapping_override_sets_method_options() -> None:
+    cfg = load_config(None, ["method.name=ttrl", "method.options={votes_per_prompt: 16}"])
+    assert dict(cfg.method.options) == {"votes_per_prompt": 16}
+
+
+def test_unknown_override_key_suggests_the_close_field() -> None:
+    msg = _config_error("grpo.lrr=1")
+    _assert_one_line(msg)
+    assert "grpo.lrr" in msg
+    assert "did you mean grpo.lr?" in msg
+
+
+def test_unknown_override_key_without_close_match_lists_valid_fields() -> None:
+    msg = _config_error("run.zzzzzz=1")
+    _assert_one_line(msg)
+    assert "run.zzzzzz" in msg
+    assert "valid" in msg and "steps" in msg and "seed" in msg
+
+
+def test_override_into_a_non_section_is_rejected(tmp_path: Path) -> None:
+    path = _write_yaml(tmp_path, "grpo: 3\n")
+    msg = _config_error("grpo.lr=1", path=path)
+    _assert_one_line(msg)
+    assert "grpo" in msg
+
+
+@pytest.mark.parametrize("override, field", [
+    ("run.steps=abc", "run.steps"),
+    ("run.steps=1.5", "run.steps"),
+    ("run.seed=true", "run.seed"),
+    ("grpo.lr=fast", "grpo.lr"),
+    ("eval.greedy=maybe", "eval.greedy"),
+    ("eval.greedy=1", "eval.greedy"),
+    ("grpo.betas=0.9", "grpo.betas"),
+    ("grpo.betas=[0.9,0.99,0.999]", "grpo.betas"),
+    ("eval.benchmarks=5", "eval.benchmarks"),
+    ("model.dtype=[a]", "model.dtype"),
+])
+def test_wrong_type_gives_a_one_line_error_naming_the_field(override: str, field: str) -> None:
+    msg = _config_error(override)
+    _assert_one_line(msg)
+    assert field in msg
+
+
+@pytest.mark.parametrize("override, field", [
+    ("grpo.lr=-1", "grpo.lr"),
+    ("grpo.lr=0", "grpo.lr"),
+    ("rollout.samples_per_prompt=1", "rollout.samples_per_prompt"),
+    ("rollout.top_p=2", "rollout.top_p"),
+    ("rollout.top_p=0", "rollout.top_p"),
+    ("rollout.temperature=0", "rollout.temperature"),
+    ("rollout.prompts_per_step=0", "rollout.prompts_per_step"),
+    ("rollout.max_new_tokens=-4", "rollout.max_new_tokens"),
+    ("rollout.backend=vllm", "rollout.backend"),
+    ("grpo.loss_agg=foo", "grpo.loss_agg"),
+    ("grpo.betas=[0.9,1.0]", "grpo.betas"),
+    ("grpo.clip_low=1.0", "grpo.clip_low"),
+    ("grpo.clip_high=-0.1", "grpo.clip_high"),
+    ("grpo.kl_coef=-1", "grpo.kl_coef"),
+    ("grpo.max_grad_norm=0", "grpo.max_grad_norm"),
+    ("grpo.adv_eps=0", "grpo.adv_eps"),
+    ("model.dtype=float16", "model.dtype"),
+    ("model.threads=-1", "model.threads"),
+    ("eval.benchmarks=[]", "eval.benchmarks"),
+    ("eval.samples=-1", "eval.samples"),
+    ("eval.temperature=-1", "eval.temperature"),
+    ("eval.max_new_tokens=0", "eval.max_new_tokens"),
+    ("run.steps=-1", "run.steps"),
+])
+def test_bad_value_gives_a_one_line_error_naming_the_field_and_a_fix(override: str, field: str) -> None:
+    msg = _config_error(override)
+    _assert_one_line(msg)
+    assert field in msg
+    assert any(word in msg for word in FIX_WORDS), f"no fix hint in {msg!r}"
+
+
+@pytest.mark.parametrize("override, field", [
+    ("eval.max_problems=-1", "eval.max_problems"),
+    ("grpo.weight_decay=-1", "grpo.weight_decay"),
+    ("run.log_samples_every=-1", "run.log_samples_every"),
+    ("run.samples_per_log=-1", "run.samples_per_log"),
+])
+def test_bad_value_without_fix_hint_still_gives_a_one_line_error_naming_the_field(override: str, field: str) -> None:
+    # These messages state the constraint but (unlike the ones above) no "set ..." hint; see the report.
+    msg = _config_error(override)
+    _assert_one_line(msg)
+    assert field in msg and ">= 0" in msg
+
+
+def test_bad_loss_agg_lists_the_valid_modes() -> None:
+    msg = _config_error("grpo.loss_agg=foo")
+    assert "'foo'" in msg
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert mode in msg
+
+
+@pytest.mark.parametrize("alias", ["bnpo", "grpo", "dr_grpo", "token-mean", "seq-mean-token-sum-norm"])
+def test_loss_agg_accepts_modes_and_aliases(alias: str) -> None:
+    assert load_config(None, [f"grpo.loss_agg={alias}"]).grpo.loss_agg == alias
+
+
+@pytest.mark.parametrize("run_id", ["a/b", "..", "."])
+def test_run_id_must_be_a_plain_directory_name(run_id: str) -> None:
+    msg = _config_error(f"run.run_id={run_id}")
+    _assert_one_line(msg)
+    assert "run.run_id" in msg
+
+
+def test_section_constructors_validate_directly() -> None:
+    with pytest.raises(ConfigError, match=r"grpo\.lr"):
+        GRPOConfig(lr=-1.0)
+    with pytest.raises(ConfigError, match=r"rollout\.samples_per_prompt"):
+        RolloutConfig(samples_per_prompt=1)
+    with pytest.raises(ConfigError, match="view"):
+        AgentSpec(name="x", family="qwen2-bpe", view="sideways")
+    with pytest.raises(ConfigError, match="unique"):
+        CohortConfig(name="dup", agents=(AgentSpec("x", "qwen2-bpe"), AgentSpec("x", "llama-word")))
+
+
+def test_cohort_agent_missing_family_is_a_one_line_error() -> None:
+    msg = _config_error("cohort.agents=[{name: x}]")
+    _assert_one_line(msg)
+    assert "cohort.agents[0]" in msg and "family" in msg
+
+
+def test_cohort_agent_unknown_field_is_rejected() -> None:
+    msg = _config_error("cohort.agents=[{name: x, family: qwen2-bpe, colour: red}]")
+    _assert_one_line(msg)
+    assert "cohort.agents[0].colour" in msg
+
+
+# ----------------------------------------------------------------------------------------------- dump round trip
+def _round_trip(cfg: Config, tmp_path: Path) -> Config:
+    path = tmp_path / "dumped.yaml"
+    path.write_text(dump_config(cfg), encoding="utf-8")
+    return load_config(path)
+
+
+def test_dump_config_round_trips_the_defaults(tmp_path: Path) -> None:
+    cfg = load_config()
+    assert _round_trip(cfg, tmp_path) == cfg
+
+
+def test_dump_config_round_trips_a_customised_config(tmp_path: Path) -> None:
+    cfg = load_config(None, ["method.name=ttrl", "method.options={votes_per_prompt: 12}", "cohort.name=single",
+                             "grpo.lr=2e-5", "grpo.betas=[0.8,0.9]", "eval.benchmarks=[micro-test,micro-dev]",
+                             "eval.greedy=false", "model.cache_dir=/tmp/x", "run.run_id=abc", "run.steps=0"])
+    back = _round_trip(cfg, tmp_path)
+    assert back == cfg
+    assert back.grpo.betas == (0.8, 0.9) and back.eval.benchmarks == ("micro-test", "micro-dev")
+
+
+def test_dump_config_round_trips_a_resolved_config_with_agents(tmp_path: Path) -> None:
+    cfg = resolve(load_config(None, ["cohort.name=cross-family-rephrased"])).config
+    assert len(cfg.cohort.agents) == 2
+    back = _round_trip(cfg, tmp_path)
+    assert back == cfg
+    assert all(isinstance(a, AgentSpec) for a in back.cohort.agents)
+    assert back.cohort.agents[1].view == "rephrased"
+    # and the reloaded, already-expanded config resolves to itself
+    assert resolve(back).config == cfg
+
+
+def test_dump_config_is_plain_yaml() -> None:
+    data = yaml.safe_load(dump_config(load_config()))
+    assert list(data) == ["model", "rollout", "grpo", "method", "cohort", "eval", "run"]
+    assert data["grpo"]["betas"] == [0.9, 0.99]
+    assert config_from_dict(data) == load_config()
+
+
+# ----------------------------------------------------------------------------------------------- resolve()
+def test_resolve_unknown_method_lists_valid_methods() -> None:
+    msg = _resolve_error("method.name=nope")
+    _assert_one_line(msg)
+    assert "method.name" in msg and "'nope'" in msg
+    for name in ("corl", "gt-reward", "ttrl"):
+        assert name in msg
+
+
+def test_resolve_unknown_cohort_lists_cohorts_and_suggests_the_close_one() -> None:
+    msg = _resolve_error("cohort.name=cross-famly")
+    _assert_one_line(msg)
+    assert "cohort.name" in msg
+    assert "did you mean 'cross-family'" in msg
+    for name in ("cross-family", "cross-family-rephrased", "same-family", "single", "three-agent"):
+        assert name in msg
+
+
+def test_resolve_unknown_benchmark_is_rejected() -> None:
+    msg = _resolve_error("eval.benchmarks=[micro-test,gsm8k-nope]")
+    _assert_one_line(msg)
+    assert "eval.benchmarks" in msg and "micro-test" in msg and "micro-dev" in msg
+
+
+def test_resolve_unknown_profile_is_rejected() -> None:
+    msg = _resolve_error("model.profile=huge")
+    _assert_one_line(msg)
+    assert "model.profile" in msg and "micro" in msg
+
+
+def test_resolve_accepts_method_aliases() -> None:
+    assert resolve(load_config(None, ["method.name=co-rl"])).method_cls.name == "corl"
+    assert resolve(load_config(None, ["method.name=GT", "cohort.name=single"])).method_cls.name == "gt-reward"
+
+
+def test_resolve_rejects_corl_with_a_single_agent_cohort() -> None:
+    msg = _resolve_error("method.name=corl", "cohort.name=single")
+    _assert_one_line(msg)
+    assert "'corl'" in msg
+    assert "single" in msg
+    assert "multi-agent cohort" in msg
+
+
+@pytest.mark.parametrize("method", ["ttrl", "gt-reward"])
+def test_resolve_accepts_single_agent_methods_on_the_single_cohort(method: str) -> None:
+    plan = resolve(load_config(None, [f"method.name={method}", "cohort.name=single"]))
+    assert [a.family for a in plan.config.cohort.agents] == ["qwen2-bpe"]
+
+
+def test_resolve_rejects_ttrl_votes_below_samples_per_prompt() -> None:
+    msg = _resolve_error("method.name=ttrl", "cohort.name=single", "method.options={votes_per_prompt: 4}",
+                         "rollout.samples_per_prompt=8")
+    _assert_one_line(msg)
+    assert "votes_per_prompt" in msg and "samples_per_prompt" in msg
+    assert any(word in msg for word in FIX_WORDS)
+
+
+def test_resolve_accepts_ttrl_votes_at_or_above_samples_per_prompt() -> None:
+    for votes, expected_n in ((8, 8), (16, 16), (0, 8)):
+        plan = resolve(load_config(None, ["method.name=ttrl", "cohort.name=single",
+                                          f"method.options={{votes_per_prompt: {votes}}}",
+                                          "rollout.samples_per_prompt=8"]))
+        assert plan.options.votes_per_prompt == votes
+        assert plan.method_cls(plan.options, plan.config.cohort.agents).generation_n(8) == expected_n
+
+
+def test_resolve_rejects_negative_ttrl_votes() -> None:
+    msg = _resolve_error("method.name=ttrl", "cohort.name=single", "method.options={votes_per_prompt: -1}")
+    _assert_one_line(msg)
+    assert "votes_per_prompt" in msg
+
+
+@pytest.mark.parametrize("method, cohort, valid", [
+    ("ttrl", "single", ["votes_per_prompt"]),
+    ("corl", "cross-family", ["supervision", "threshold"]),
+    ("gt-reward", "single", ["(none)"]),
+])
+def test_resolve_rejects_unknown_method_option_naming_valid_options(method: str, cohort: str,
+                                                                     valid: list[str]) -> None:
+    msg = _resolve_error(f"method.name={method}", f"cohort.name={cohort}", "method.options={bogus: 1}")
+    _assert_one_line(msg)
+    assert "method.options.bogus" in msg and f"'{method}'" in msg
+    for name in valid:
+        assert name in msg
+
+
+def test_resolve_rejects_a_bad_corl_option_value() -> None:
+    msg = _resolve_error("method.options={supervision: star}")
+    _assert_one_line(msg)
+    assert "supervision" in msg and "ring" in msg
+
+
+def test_resolve_parses_corl_options() -> None:
+    plan = resolve(load_config(None, ["method.options={supervision: peer-majority, threshold: 0.5}",
+                                      "cohort.name=three-agent"]))
+    assert plan.options.supervision == "peer-majority"
+    assert plan.options.threshold == 0.5
+
+
+@pytest.mark.parametrize("override", ["method.options=5", "method.options=[a,b]"])
+def test_non_mapping_method_options_is_a_config_error(override: str) -> None:
+    msg = _resolve_error(override)
+    _assert_one_line(msg)
+    assert "method.options" in msg
+
+
+def test_empty_method_options_means_no_options() -> None:
+    assert resolve(load_config(None, ["method.options=null"])).config.method.options == {}
+
+
+def test_resolve_expands_the_cross_family_cohort() -> None:
+    cfg = load_config()
+    plan = resolve(cfg)
+    cohort = plan.config.cohort
+    assert cohort.name == "cross-family"
+    assert cohort.profile == "micro"
+    assert [a.family for a in cohort.agents] == ["qwen2-bpe", "llama-word"]
+    assert [a.name for a in cohort.agents] == ["a0-qwen2-bpe", "a1-llama-word"]
+    assert [a.seed_offset for a in cohort.agents] == [0, 1]
+    assert all(a.view == "original" for a in cohort.agents)
+    # everything but the cohort is unchanged, and the input config is not mutated
+    assert plan.config.replace(cohort=cfg.cohort) == cfg
+    assert cfg.cohort.agents == ()
+
+
+def test_resolve_expands_the_three_agent_cohort_in_ring_order() -> None:
+    plan = resolve(load_config(None, ["cohort.name=three-agent"]))
+    agents = plan.config.cohort.agents
+    assert len(agents) == 3
+    assert [a.name for a in agents] == ["a0-qwen2-bpe", "a1-llama-word", "a2-gpt2-char"]
+    assert [a.family for a in agents] == ["qwen2-bpe", "llama-word", "gpt2-char"]
+    assert [a.seed_offset for a in agents] == [0, 1, 2]
+    method = plan.method_cls(plan.options, agents)
+    # ring: agent n learns from agent n-1 (cyclic)
+    assert method.teachers() == {"a0-qwen2-bpe": ["a2-gpt2-char"], "a1-llama-word": ["a0-qwen2-bpe"],
+                                 "a2-gpt2-char": ["a1-llama-word"]}
+
+
+def test_resolve_expands_the_rephrased_cohort_views() -> None:
+    agents = resolve(load_config(None, ["cohort.name=cross-family-rephrased"])).config.cohort.agents
+    assert [a.view for a in agents] == ["original", "rephrased"]
+
+
+def test_resolve_uses_a_spelled_out_cohort_as_is() -> None:
+    overrides = ["cohort.name=my-pair",
+                 "cohort.agents=[{name: b, family: gpt2-char, view: rephrased, seed_offset: 5}, "
+                 "{name: a, family: qwen2-bpe}]"]
+    cfg = load_config(None, overrides)
+    plan = resolve(cfg)
+    assert plan.config.cohort == cfg.cohort
+    assert plan.config.cohort.name == "my-pair"
+    assert plan.config.cohort.agents == (AgentSpec("b", "gpt2-char", "rephrased", 5), AgentSpec("a", "qwen2-bpe"))
+    assert plan.method_cls(plan.options, plan.config.cohort.agents).teachers() == {"b": ["a"], "a": ["b"]}
+
+
+def test_spelled_out_agents_win_over_a_registered_cohort_name(tmp_path: Path) -> None:
+    path = _write_yaml(tmp_path, "cohort:\n  name: three-agent\n  agents:\n"
+                                 "    - {name: x, family: llama-word}\n    - {name: y, family: llama-word}\n")
+    agents = resolve(load_config(path)).config.cohort.agents
+    assert [(a.name, a.family) for a in agents] == [("x", "llama-word"), ("y", "llama-word")]
+
+
+def test_resolve_rejects_an_unknown_family_in_a_spelled_out_cohort() -> None:
+    msg = _resolve_error("cohort.name=mine",
+                         "cohort.agents=[{name: x, family: qwen2-bpe}, {name: y, family: mistral-bpe}]")
+    _assert_one_line(msg)
+    assert "'y'" in msg and "mistral-bpe" in msg
+    for family in ("qwen2-bpe", "llama-word", "gpt2-char"):
+        assert family in msg
+
+
+def test_spelled_out_cohort_with_duplicate_agent_names_is_rejected() -> None:
+    msg = _config_error("cohort.agents=[{name: x, family: qwen2-bpe}, {name: x, family: llama-word}]")
+    _assert_one_line(msg)
+    assert "unique" in msg
+
+
+def test_spelled_out_cohort_of_another_profile_is_rejected() -> None:
+    msg = _resolve_error("cohort.profile=big", "cohort.agents=[{name: x, family: qwen2-bpe}, "
+                                               "{name: y, family: llama-word}]")
+    _assert_one_line(msg)
+    assert "'big'" in msg and "'micro'" in msg
+
+
+def test_resolve_checks_the_method_against_a_spelled_out_cohort() -> None:
+    msg = _resolve_error("method.name=corl", "cohort.name=solo", "cohort.agents=[{name: x, family: qwen2-bpe}]")
+    _assert_one_line(msg)
+    assert "'corl'" in msg and "'solo'" in msg
