@@ -143,7 +143,7 @@ def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmark
 
 @app.command()
 def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r"),
-          metrics: str = typer.Option("greedy,avg_k,maj_k", "--metrics", help="comma list of greedy, avg_k, maj_k, pass_k"),
+          metrics: str = typer.Option("avg_k,greedy,maj_k", "--metrics", help="comma list of greedy, avg_k, maj_k, pass_k"),
           out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where table.md/table.csv go (default: results dir)")) -> None:
     """Results of every run under results/, recomputed from stored predictions."""
     from corl_bench import table as table_mod

@@ -182,7 +182,7 @@ class EvalConfig:
 @dataclass(frozen=True)
 class RunConfig:
     seed: int = 0
-    steps: int = 60
+    steps: int = 50
     """training steps (one rollout batch and one update per agent per step)"""
     output_dir: str = "results/runs"
     run_id: str = ""

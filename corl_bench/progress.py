@@ -20,6 +20,7 @@ class RunProgress:
                                  MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("eta"),
                                  TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=self.console,
                                  transient=False)
+        self._logged: dict[TaskID, int] = {}
 
     def __enter__(self) -> "RunProgress":
         self.progress.__enter__()
@@ -29,13 +30,23 @@ class RunProgress:
         self.progress.__exit__(*exc)
 
     def add(self, description: str, total: int) -> TaskID:
-        return self.progress.add_task(description, total=total, status="")
+        task = self.progress.add_task(description, total=total, status="")
+        self._logged[task] = -1
+        return task
 
     def advance(self, task: TaskID, n: int, status: str | None = None) -> None:
         if status is None:
             self.progress.advance(task, n)
         else:
             self.progress.update(task, advance=n, status=status)
+        if not self.console.is_terminal:  # logs and CI: a plain line at every 10 % instead of a live bar
+            t = self.progress.tasks[task]
+            decile = int(10 * t.completed / t.total) if t.total else 10
+            if decile > self._logged.get(task, -1):
+                self._logged[task] = decile
+                eta = f", eta {t.time_remaining:.0f} s" if t.time_remaining is not None and t.completed < t.total else ""
+                self.console.log(f"{t.description}: {int(t.completed)}/{int(t.total or 0)} "
+                                 f"({t.elapsed or 0:.0f} s{eta}) {t.fields.get('status', '')}".rstrip())
 
     def warm_start(self, profile: Any, families: list[str]) -> None:
         """Build missing micro checkpoints with one bar per family (no bar when everything is cached)."""
@@ -46,8 +57,8 @@ class RunProgress:
 
         def report(family: str, done: int, total: int) -> None:
             if family not in tasks:
-                tasks[family] = self.progress.add_task(f"warm start {family}", total=total, status="")
-            self.progress.update(tasks[family], completed=done)
+                tasks[family] = self.add(f"warm start {family}", total)
+            self.advance(tasks[family], done - int(self.progress.tasks[tasks[family]].completed))
 
         t = time.perf_counter()
         profile.ensure_checkpoints(families, progress=report)
@@ -90,7 +101,9 @@ def summary_table(console: Console | None, info: dict, scores: dict, history: li
                           _fmt(_tail_mean(history, agent, "label/accuracy")),
                           _fmt(_tail_mean(history, agent, "peer/agreement")),
                           _fmt(_tail_mean(history, agent, "reward/mean")))
-    console.print(table)
+    console.print(table, width=None if console.is_terminal else 140)
+    timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in info.get("timings", {}).items())
+    console.print(f"time per phase: {timings}")
     console.print("diagnostics: mean over the last 20 % of steps; scores in %, recomputed from "
                   "eval/<phase>/<agent>/*.jsonl")
     return table

@@ -41,7 +41,7 @@ __all__ = ["DEFAULT_METRICS", "METRIC_LABELS", "Row", "collect", "find_runs", "m
 Scores = dict[str, dict[str, Optional[float]]]  # benchmark -> metric -> value (fraction in [0, 1])
 
 RUN_FILE = "run.json"
-DEFAULT_METRICS: tuple[str, ...] = ("greedy", "avg_k", "maj_k")
+DEFAULT_METRICS: tuple[str, ...] = ("avg_k", "greedy", "maj_k")
 METRIC_LABELS: dict[str, str] = {
     "greedy": "greedy", "avg_k": "pass@1", "maj_k": "maj@k", "pass_k": "pass@k",
     "extraction_failure": "no-answer", "clipped": "clipped",

@@ -42,8 +42,3 @@ def build_tiny(name: str, seed: int = 0):
 @pytest.fixture(scope="session")
 def tiny_qwen():
     return build_tiny("qwen2-bpe")
-
-
-@pytest.fixture(scope="session")
-def tiny_llama():
-    return build_tiny("llama-word")

@@ -166,8 +166,8 @@ def test_validate_prints_the_resolved_config_and_valid(cli: dict[str, Result]) -
     assert resolved["run"]["steps"] == 3
     assert resolved["rollout"]["prompts_per_step"] == 4
     assert resolved["cohort"]["name"] == "cross-family"
-    assert [a["family"] for a in resolved["cohort"]["agents"]] == ["qwen2-bpe", "llama-word"]
-    assert [a["name"] for a in resolved["cohort"]["agents"]] == ["a0-qwen2-bpe", "a1-llama-word"]
+    assert [a["family"] for a in resolved["cohort"]["agents"]] == ["qwen2-bpe", "llama-bpe"]
+    assert [a["name"] for a in resolved["cohort"]["agents"]] == ["a0-qwen2-bpe", "a1-llama-bpe"]
     assert "valid" in res.stderr
     assert "2 agent(s)" in res.stderr
     assert "error" not in res.stderr
@@ -205,7 +205,7 @@ def test_validate_with_unknown_key_suggests_the_close_one(cli: dict[str, Result]
     ("methods", ["corl", "gt-reward", "ttrl"]),
     ("cohorts", ["cross-family", "cross-family-rephrased", "same-family", "single", "three-agent"]),
     ("benchmarks", ["micro-test", "micro-dev"]),
-    ("families", ["qwen2-bpe", "llama-word", "gpt2-char"]),
+    ("families", ["qwen2-bpe", "llama-bpe", "neox-bpe"]),
     ("profiles", ["micro"]),
 ])
 def test_ls_lists_the_registered_names(cli: dict[str, Result], kind: str, names: list[str]) -> None:

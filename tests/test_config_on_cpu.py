@@ -372,7 +372,7 @@ def test_section_constructors_validate_directly() -> None:
     with pytest.raises(ConfigError, match="view"):
         AgentSpec(name="x", family="qwen2-bpe", view="sideways")
     with pytest.raises(ConfigError, match="unique"):
-        CohortConfig(name="dup", agents=(AgentSpec("x", "qwen2-bpe"), AgentSpec("x", "llama-word")))
+        CohortConfig(name="dup", agents=(AgentSpec("x", "qwen2-bpe"), AgentSpec("x", "llama-bpe")))
 
 
 def test_cohort_agent_missing_family_is_a_one_line_error() -> None:
@@ -542,8 +542,8 @@ def test_resolve_expands_the_cross_family_cohort() -> None:
     cohort = plan.config.cohort
     assert cohort.name == "cross-family"
     assert cohort.profile == "micro"
-    assert [a.family for a in cohort.agents] == ["qwen2-bpe", "llama-word"]
-    assert [a.name for a in cohort.agents] == ["a0-qwen2-bpe", "a1-llama-word"]
+    assert [a.family for a in cohort.agents] == ["qwen2-bpe", "llama-bpe"]
+    assert [a.name for a in cohort.agents] == ["a0-qwen2-bpe", "a1-llama-bpe"]
     assert [a.seed_offset for a in cohort.agents] == [0, 1]
     assert all(a.view == "original" for a in cohort.agents)
     # everything but the cohort is unchanged, and the input config is not mutated
@@ -555,13 +555,13 @@ def test_resolve_expands_the_three_agent_cohort_in_ring_order() -> None:
     plan = resolve(load_config(None, ["cohort.name=three-agent"]))
     agents = plan.config.cohort.agents
     assert len(agents) == 3
-    assert [a.name for a in agents] == ["a0-qwen2-bpe", "a1-llama-word", "a2-gpt2-char"]
-    assert [a.family for a in agents] == ["qwen2-bpe", "llama-word", "gpt2-char"]
+    assert [a.name for a in agents] == ["a0-qwen2-bpe", "a1-llama-bpe", "a2-neox-bpe"]
+    assert [a.family for a in agents] == ["qwen2-bpe", "llama-bpe", "neox-bpe"]
     assert [a.seed_offset for a in agents] == [0, 1, 2]
     method = plan.method_cls(plan.options, agents)
     # ring: agent n learns from agent n-1 (cyclic)
-    assert method.teachers() == {"a0-qwen2-bpe": ["a2-gpt2-char"], "a1-llama-word": ["a0-qwen2-bpe"],
-                                 "a2-gpt2-char": ["a1-llama-word"]}
+    assert method.teachers() == {"a0-qwen2-bpe": ["a2-neox-bpe"], "a1-llama-bpe": ["a0-qwen2-bpe"],
+                                 "a2-neox-bpe": ["a1-llama-bpe"]}
 
 
 def test_resolve_expands_the_rephrased_cohort_views() -> None:
@@ -571,21 +571,21 @@ def test_resolve_expands_the_rephrased_cohort_views() -> None:
 
 def test_resolve_uses_a_spelled_out_cohort_as_is() -> None:
     overrides = ["cohort.name=my-pair",
-                 "cohort.agents=[{name: b, family: gpt2-char, view: rephrased, seed_offset: 5}, "
+                 "cohort.agents=[{name: b, family: neox-bpe, view: rephrased, seed_offset: 5}, "
                  "{name: a, family: qwen2-bpe}]"]
     cfg = load_config(None, overrides)
     plan = resolve(cfg)
     assert plan.config.cohort == cfg.cohort
     assert plan.config.cohort.name == "my-pair"
-    assert plan.config.cohort.agents == (AgentSpec("b", "gpt2-char", "rephrased", 5), AgentSpec("a", "qwen2-bpe"))
+    assert plan.config.cohort.agents == (AgentSpec("b", "neox-bpe", "rephrased", 5), AgentSpec("a", "qwen2-bpe"))
     assert plan.method_cls(plan.options, plan.config.cohort.agents).teachers() == {"b": ["a"], "a": ["b"]}
 
 
 def test_spelled_out_agents_win_over_a_registered_cohort_name(tmp_path: Path) -> None:
     path = _write_yaml(tmp_path, "cohort:\n  name: three-agent\n  agents:\n"
-                                 "    - {name: x, family: llama-word}\n    - {name: y, family: llama-word}\n")
+                                 "    - {name: x, family: llama-bpe}\n    - {name: y, family: llama-bpe}\n")
     agents = resolve(load_config(path)).config.cohort.agents
-    assert [(a.name, a.family) for a in agents] == [("x", "llama-word"), ("y", "llama-word")]
+    assert [(a.name, a.family) for a in agents] == [("x", "llama-bpe"), ("y", "llama-bpe")]
 
 
 def test_resolve_rejects_an_unknown_family_in_a_spelled_out_cohort() -> None:
@@ -593,19 +593,19 @@ def test_resolve_rejects_an_unknown_family_in_a_spelled_out_cohort() -> None:
                          "cohort.agents=[{name: x, family: qwen2-bpe}, {name: y, family: mistral-bpe}]")
     _assert_one_line(msg)
     assert "'y'" in msg and "mistral-bpe" in msg
-    for family in ("qwen2-bpe", "llama-word", "gpt2-char"):
+    for family in ("qwen2-bpe", "llama-bpe", "neox-bpe"):
         assert family in msg
 
 
 def test_spelled_out_cohort_with_duplicate_agent_names_is_rejected() -> None:
-    msg = _config_error("cohort.agents=[{name: x, family: qwen2-bpe}, {name: x, family: llama-word}]")
+    msg = _config_error("cohort.agents=[{name: x, family: qwen2-bpe}, {name: x, family: llama-bpe}]")
     _assert_one_line(msg)
     assert "unique" in msg
 
 
 def test_spelled_out_cohort_of_another_profile_is_rejected() -> None:
     msg = _resolve_error("cohort.profile=big", "cohort.agents=[{name: x, family: qwen2-bpe}, "
-                                               "{name: y, family: llama-word}]")
+                                               "{name: y, family: llama-bpe}]")
     _assert_one_line(msg)
     assert "'big'" in msg and "'micro'" in msg
 

@@ -25,14 +25,14 @@ STEPS = 3
 def e2e_run(tmp_path_factory):
     from corl_bench.runner import run
 
-    for name in ("qwen2-bpe", "llama-word"):
+    for name in ("qwen2-bpe", "neox-bpe"):
         fam = tiny_family(name, warmstart_steps=4, warmstart_batch=16)
         if fam.name not in FAMILIES:
             FAMILIES.register(fam.name, fam)
     root = tmp_path_factory.mktemp("e2e")
     cfg = load_config(None, [
         "method.name=corl", "cohort.name=tiny-cross",
-        "cohort.agents=[{name: a0, family: tiny-qwen2-bpe}, {name: a1, family: tiny-llama-word, seed_offset: 1}]",
+        "cohort.agents=[{name: a0, family: tiny-qwen2-bpe}, {name: a1, family: tiny-neox-bpe, seed_offset: 1}]",
         f"run.steps={STEPS}", f"run.output_dir={root / 'results' / 'runs'}", f"model.cache_dir={root / 'cache'}",
         "run.log_samples_every=2", "rollout.prompts_per_step=4", "rollout.samples_per_prompt=4",
         "rollout.max_new_tokens=16", "eval.max_problems=8", "eval.samples=2", "eval.max_new_tokens=16",
@@ -44,7 +44,7 @@ def e2e_run(tmp_path_factory):
 def test_run_directory_holds_config_environment_metrics_samples_predictions_checkpoints(e2e_run):
     root, run_dir, cfg = e2e_run
     resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert [a["family"] for a in resolved["cohort"]["agents"]] == ["tiny-qwen2-bpe", "tiny-llama-word"]
+    assert [a["family"] for a in resolved["cohort"]["agents"]] == ["tiny-qwen2-bpe", "tiny-neox-bpe"]
     env = json.loads((run_dir / "env.json").read_text())
     assert env["seed"] == 0 and "git_commit" in env and env["packages"]["torch"]
     info = json.loads((run_dir / "run.json").read_text())
@@ -76,7 +76,7 @@ def test_training_changed_every_agents_parameters(e2e_run):
 
     root, run_dir, cfg = e2e_run
     profile = MicroProfile(cfg.model)
-    for agent, fam in (("a0", "tiny-qwen2-bpe"), ("a1", "tiny-llama-word")):
+    for agent, fam in (("a0", "tiny-qwen2-bpe"), ("a1", "tiny-neox-bpe")):
         base = AutoModelForCausalLM.from_pretrained(profile.checkpoint_dir(fam)).state_dict()
         final = AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "final" / agent).state_dict()
         changed = [k for k in base if not torch.equal(base[k], final[k])]

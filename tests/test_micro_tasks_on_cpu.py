@@ -20,7 +20,7 @@ from corl_bench.micro.tasks import Problem, Step, format_solution, problem_strea
 
 N_STREAM = 5000
 SOLUTION_RE = re.compile(r"^\d+(?:[+-]\d=\d+;)+\\boxed\{(\d+)\}$")
-FLAW_OF = {"qwen2-bpe": "no-carry", "llama-word": "skip-last", "gpt2-char": "no-borrow"}
+FLAW_OF = {"qwen2-bpe": "no-carry", "llama-bpe": "skip-last", "neox-bpe": "no-borrow"}
 
 
 def _stream(seed: int, n: int = N_STREAM) -> list[Problem]:
@@ -291,26 +291,26 @@ def test_no_carry_flaw_leaves_a_problem_without_carry_correct() -> None:
 
 def test_skip_last_flaw_drops_the_third_step_and_boxes_the_intermediate_value() -> None:
     p = _problem(40, ("+", 9), ("-", 3), ("+", 5))
-    sol = flawed_solution(_always_flawed("llama-word"), p, random.Random(0))
+    sol = flawed_solution(_always_flawed("llama-bpe"), p, random.Random(0))
     assert sol == "40+9=49;-3=46;\\boxed{46}"
     assert p.answer == "51"
 
 
 def test_skip_last_flaw_leaves_two_step_problems_correct() -> None:
     p = _problem(40, ("+", 9), ("-", 3))
-    assert flawed_solution(_always_flawed("llama-word"), p, random.Random(0)) == p.solution()
+    assert flawed_solution(_always_flawed("llama-bpe"), p, random.Random(0)) == p.solution()
 
 
 def test_no_borrow_flaw_forgets_the_borrow() -> None:
     p = _problem(52, ("-", 7), ("+", 3))
-    sol = flawed_solution(_always_flawed("gpt2-char"), p, random.Random(0))
+    sol = flawed_solution(_always_flawed("neox-bpe"), p, random.Random(0))
     assert sol == "52-7=55;+3=58;\\boxed{58}"
     assert p.solution() == "52-7=45;+3=48;\\boxed{48}"
 
 
 def test_no_borrow_flaw_leaves_a_problem_without_borrow_correct() -> None:
     p = _problem(58, ("-", 7), ("+", 9))
-    assert flawed_solution(_always_flawed("gpt2-char"), p, random.Random(0)) == p.solution()
+    assert flawed_solution(_always_flawed("neox-bpe"), p, random.Random(0)) == p.solution()
 
 
 def test_flaw_error_propagates_to_later_steps() -> None:

@@ -5,19 +5,21 @@ A family is everything that makes two models *differ*, as two pretrained familie
 ==============  ======================  =========================  ===============================================
 family          architecture            tokenizer                  systematic error in its warm-start corpus
 ==============  ======================  =========================  ===============================================
-``qwen2-bpe``   Qwen2ForCausalLM        byte-level BPE (digits     drops the carry on additions whose units digits
-                (GQA, RoPE, SwiGLU)     split), vocab 800          sum to 10 or more (``68+4=62``)
-``llama-word``  LlamaForCausalLM        word-level (Metaspace,     skips the last step of three-step problems and
-                (MHA, RoPE, SwiGLU)     digits and punctuation     boxes the intermediate value
-                                        split)
-``gpt2-char``   GPT2LMHeadModel         character-level            forgets the borrow on subtractions
-                (learned positions,                                (``52-7=55``)
-                LayerNorm, GELU)
+``qwen2-bpe``   Qwen2ForCausalLM        byte-level BPE, 800 target drops the carry on additions whose units digits
+                (GQA, qkv bias, RoPE)   target, digits split       sum to 10 or more (``68+4=62``)
+``llama-bpe``   LlamaForCausalLM        byte-level BPE, 600 target skips the last step of three-step problems and
+                (MHA, no bias, RoPE)    target, own corpus         boxes the intermediate value
+``neox-bpe``    GPTNeoXForCausalLM      byte-level BPE, 500 target forgets the borrow on subtractions
+                (parallel residual,     target, own corpus         (``52-7=55``)
+                partial rotary, LN)
 ==============  ======================  =========================  ===============================================
 
-The cross-family pair is Qwen2 x Llama, as the paper's Qwen2.5-3B x Llama-3.2-3B: similar block designs, but
-different tokenizers, sizes, warm-start data and flaws. GPT-2 (learned absolute positions) learns the arithmetic
-more slowly, so it needs a longer warm start; it joins the three-agent ring.
+The cross-family pair is Qwen2 x Llama, like the paper's Qwen2.5-3B x Llama-3.2-3B: like those two, both use
+byte-level BPE, but with different vocabularies trained on each family's own warm-start corpus; attention, sizes,
+seeds, data and flaws differ too. GPT-NeoX joins the three-agent ring. Measured while choosing these (greedy
+accuracy after 400-500 warm-start steps): word-level and character-level tokenizers (Llama, GPT-2, GPT-NeoX) and
+GPT-2's learned absolute positions learn the arithmetic far more slowly (under 20 %) than RoPE models with a BPE
+(45-80 %); ``build_tokenizer`` still offers ``word`` and ``char`` for user-defined families.
 
 Each flaw is injected with probability ``p_sys`` per occurrence and the rest of the working continues from the
 wrong value; with probability ``p_noise`` one random step is off by 1..9. So every model makes *systematic* errors
@@ -46,6 +48,7 @@ class Family:
     model_kwargs: tuple[tuple[str, Any], ...]
     tokenizer: str  # "bpe" | "word" | "char"
     flaw: str  # "no-carry" | "skip-last" | "no-borrow"
+    vocab_size: int = 0  # bpe only: target vocabulary of the trained tokenizer (0 = 800)
     p_sys: float = 0.35
     p_noise: float = 0.1
     rephrased_share: float = 0.3  # share of warm-start prompts written in the rephrased view
@@ -81,7 +84,7 @@ def flawed_solution(family: Family, problem: Problem, rng: random.Random) -> str
 
 
 # --------------------------------------------------------------------------------------------- tokenizers
-def build_tokenizer(kind: str, corpus: list[str]):
+def build_tokenizer(kind: str, corpus: list[str], vocab_size: int = 800):
     """Train a tokenizer of ``kind`` on ``corpus`` and wrap it as a left-padding ``PreTrainedTokenizerFast``."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -91,7 +94,7 @@ def build_tokenizer(kind: str, corpus: list[str]):
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=list(SPECIAL_TOKENS),
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
         tok.train_from_iterator(corpus, trainer)
     elif kind in ("word", "char"):
@@ -135,17 +138,18 @@ BUILTIN_FAMILIES: dict[str, Family] = {
         "qwen2-bpe", "Qwen2Config",
         (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("num_key_value_heads", 2),
          ("intermediate_size", 384), ("max_position_embeddings", 128), ("tie_word_embeddings", True)),
-        tokenizer="bpe", flaw="no-carry", seed=11, warmstart_steps=350),
-    "llama-word": Family(
-        "llama-word", "LlamaConfig",
+        tokenizer="bpe", vocab_size=800, flaw="no-carry", seed=11, warmstart_steps=400),
+    "llama-bpe": Family(
+        "llama-bpe", "LlamaConfig",
         (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("intermediate_size", 384),
          ("max_position_embeddings", 128), ("tie_word_embeddings", True)),
-        tokenizer="word", flaw="skip-last", seed=22, warmstart_steps=350),
-    "gpt2-char": Family(
-        "gpt2-char", "GPT2Config",
-        (("n_embd", 128), ("n_layer", 4), ("n_head", 4), ("n_positions", 160), ("n_inner", 384),
-         ("tie_word_embeddings", True), ("resid_pdrop", 0.0), ("embd_pdrop", 0.0), ("attn_pdrop", 0.0)),
-        tokenizer="char", flaw="no-borrow", seed=33, warmstart_steps=600, warmstart_lr=2e-3),
+        tokenizer="bpe", vocab_size=600, flaw="skip-last", seed=22, warmstart_steps=450),
+    "neox-bpe": Family(
+        "neox-bpe", "GPTNeoXConfig",
+        (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("intermediate_size", 384),
+         ("max_position_embeddings", 128), ("tie_word_embeddings", True), ("rotary_pct", 0.5),
+         ("use_parallel_residual", True)),
+        tokenizer="bpe", vocab_size=500, flaw="no-borrow", seed=33, warmstart_steps=500),
 }
 
 FamilyFactory = Callable[[], Family]

@@ -1,7 +1,7 @@
 """Warm start: a short supervised phase that turns a random tiny LM into an imperfect arithmetic solver.
 
 The corpus is the family's own flawed solutions (see ``families.flawed_solution``) of problems from a
-family-specific stream; loss on solution tokens only; AdamW with linear warmup and cosine decay to 10 %.
+family-specific stream; loss on solution tokens only; AdamW with a warmup-stable-decay schedule (see ``wsd_factor``).
 Everything is seeded and runs single-threaded per family, so a rebuilt checkpoint is bit-identical on the same
 machine and torch build. Checkpoints are ordinary ``save_pretrained`` folders (model + tokenizer), so the loading
 code that serves them also serves real models.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import math
 import random
 import time
 from pathlib import Path
@@ -24,6 +23,20 @@ from corl_bench.micro.tasks import problem_stream
 log = logging.getLogger(__name__)
 
 PROMPT_SUFFIX = "\n"
+
+
+def wsd_factor(step: int, steps: int, warmup: float = 0.06, decay: float = 0.2) -> float:
+    """Warmup-stable-decay: linear warmup, constant, then linear decay to 10 % over the last ``decay`` share.
+
+    The arithmetic is learnt in a sharp transition after a few hundred steps at a high learning rate; a cosine
+    schedule that decays early delays or stalls it, so the rate stays at its peak until the final consolidation.
+    """
+    w, d = max(1, int(warmup * steps)), max(1, int(decay * steps))
+    if step < w:
+        return (step + 1) / w
+    if step < steps - d:
+        return 1.0
+    return 1.0 - 0.9 * (step - (steps - d) + 1) / d
 
 
 def render_prompt(text: str) -> str:
@@ -49,15 +62,13 @@ def warm_start(family: Family, *, steps: int | None = None, progress: Callable[[
     steps = family.warmstart_steps if steps is None else steps
     bs = family.warmstart_batch
     data = _examples(family, steps * bs, seed=family.seed)
-    tok = build_tokenizer(family.tokenizer, [p + s for p, s in data[:4000]])
+    tok = build_tokenizer(family.tokenizer, [p + s for p, s in data[:4000]], vocab_size=family.vocab_size or 800)
     torch.manual_seed(family.seed)
     model = build_model(family, tok)
     model.train()
     eos = tok.eos_token_id
     opt = torch.optim.AdamW(model.parameters(), lr=family.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
-    warm = max(1, steps // 15)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (
-        0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: wsd_factor(s, steps))
     t0, losses = time.perf_counter(), []
     enc_p = tok([p for p, _ in data], add_special_tokens=True)["input_ids"]
     enc_s = tok([s for _, s in data], add_special_tokens=False)["input_ids"]
