@@ -10,6 +10,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 from rich.table import Table
 
+from corl_bench.table import print_wide
+
 
 class RunProgress:
     """Context manager around ``rich.progress.Progress`` with the phases of a run."""
@@ -101,7 +103,7 @@ def summary_table(console: Console | None, info: dict, scores: dict, history: li
                           _fmt(_tail_mean(history, agent, "label/accuracy")),
                           _fmt(_tail_mean(history, agent, "peer/agreement")),
                           _fmt(_tail_mean(history, agent, "reward/mean")))
-    console.print(table, width=None if console.is_terminal else 140)
+    print_wide(console, table)
     timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in info.get("timings", {}).items())
     console.print(f"time per phase: {timings}")
     console.print("diagnostics: mean over the last 20 % of steps; scores in %, recomputed from "

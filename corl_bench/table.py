@@ -391,7 +391,7 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def _print_wide(console: Console, table: Table) -> None:
+def print_wide(console: Console, table: Table) -> None:
     """Print ``table`` at its natural width even on a narrow console: numbers are never cut to "…"."""
     width = max(console.width, Measurement.get(console, console.options.update_width(10_000), table).maximum)
     lines = console.render_lines(table, console.options.update_width(width), pad=False, new_lines=True)
@@ -415,7 +415,7 @@ def main(
         return []
     rows, warnings = collect(results_dir)
     if rows:
-        _print_wide(console, render(rows, metrics=metrics))
+        print_wide(console, render(rows, metrics=metrics))
     for warning in warnings:
         console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
     if not rows:

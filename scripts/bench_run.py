@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--cohort", default="cross-family")
     ap.add_argument("--warm", type=int, default=1, help="warm repetitions after the cold run")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here as JSON")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here (default: discard)")
     ap.add_argument("extra", nargs="*", help="extra arguments for corl-bench run (after --)")
     args = ap.parse_args()
     cli = shutil.which("corl-bench") or str(Path(sys.executable).parent / "corl-bench")
@@ -46,6 +47,10 @@ def main() -> int:
         warm = [timed_run(cli, cache, out, args.extra, args.method, args.cohort) for _ in range(args.warm)]
         runs = sorted(out.iterdir())
         phases = [json.loads((r / "run.json").read_text())["timings"] for r in runs]
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for r in runs:
+                shutil.copytree(r, args.keep / r.name)
     result = {"method": args.method, "cohort": args.cohort, "extra": args.extra, "cold_s": round(cold, 1),
               "warm_s": [round(w, 1) for w in warm], "warm_over_cold": round(min(warm) / cold, 3),
               "phases_s": [{k: round(v, 1) for k, v in p.items()} for p in phases],

@@ -143,7 +143,7 @@ BUILTIN_FAMILIES: dict[str, Family] = {
         "llama-bpe", "LlamaConfig",
         (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("intermediate_size", 384),
          ("max_position_embeddings", 128), ("tie_word_embeddings", True)),
-        tokenizer="bpe", vocab_size=600, flaw="skip-last", seed=22, warmstart_steps=450),
+        tokenizer="bpe", vocab_size=600, flaw="skip-last", seed=22, warmstart_steps=500),
     "neox-bpe": Family(
         "neox-bpe", "GPTNeoXConfig",
         (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("intermediate_size", 384),
