@@ -1,6 +1,6 @@
 """An agent: one model with its own tokenizer, optimizer, optional reference and sampling seed.
 
-The boundary is deliberately narrow — generate, update, save — so an agent can later live in its own process (or a
+The boundary is deliberately narrow — generate, forward/step (update), save — so an agent can later live in its own process (or a
 Ray actor with its own GPUs) without any method changing. Agents never share parameters or gradients; Co-RL agents
 exchange extracted answers only, and that exchange happens in the method, above this layer.
 """
@@ -31,6 +31,17 @@ class UpdateStats:
     grad_norm: float
     entropy: float  # mean token entropy of the policy on its own completions (at the rollout temperature)
     n_tokens: int
+
+
+@dataclass
+class PolicyForward:
+    """What one training-side forward pass yields (N sequences, T positions)."""
+
+    logp: torch.Tensor  # (N, T) log-probs of the completion tokens, with grad
+    mask: torch.Tensor  # (N, T) 1 on completion tokens
+    entropy: torch.Tensor  # (N,) mean token entropy per sequence at the rollout temperature (detached)
+    self_certainty: torch.Tensor  # (N,) mean token KL(U || p) per sequence (detached)
+    ref_logp: torch.Tensor | None = None  # (N, T) under the frozen reference, when grpo.kl_coef > 0
 
 
 class Agent:
@@ -77,12 +88,12 @@ class Agent:
         """Logits predicting token t+1 at position t, aligned to targets ids[:, 1:]: (N, L-1, V)."""
         return model(input_ids=ids, attention_mask=att).logits[:, :-1, :]
 
-    def update(self, prompts: Sequence[str], completions: Sequence[Completion], advantages: torch.Tensor,
-               max_len: int | None = None) -> UpdateStats:
-        """One GRPO policy step on N = len(completions) sequences; ``advantages`` is (N,).
+    def forward(self, prompts: Sequence[str], completions: Sequence[Completion]) -> PolicyForward:
+        """The single training-side forward pass over N = len(completions) sequences.
 
-        One optimiser step per rollout batch (on-policy, the paper's setting): old log-probs are the current
-        ones, so the ratio is 1 and the clip is inactive; the gradient is the group-baselined policy gradient.
+        It yields the log-probs the loss is built from (with grad) and, from the same full-vocabulary logits at the
+        rollout temperature, each sequence's mean token entropy (RENT) and self-certainty (Intuitor) — so
+        intrinsic rewards need no second pass over the model.
         """
         ids, att, cmask = self._batch(prompts, completions)
         targets, mask = ids[:, 1:], cmask[:, 1:]
@@ -90,24 +101,41 @@ class Agent:
         logits = self._token_logits(self.model, ids, att)
         logp = grpo.logprobs_from_logits(logits, targets, self.temperature)
         with torch.no_grad():
-            entropy = grpo.entropy_from_logits(logits.detach(), self.temperature)
-            mean_entropy = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+            detached = logits.detach()
+            entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(detached, self.temperature), mask)
+            certainty = grpo.masked_seq_mean(grpo.self_certainty_from_logits(detached, self.temperature), mask)
         ref_logp = None
         if self.reference is not None:
             with torch.no_grad():
                 ref_logp = grpo.logprobs_from_logits(self._token_logits(self.reference, ids, att), targets,
                                                      self.temperature)
-        out = grpo.grpo_loss(logp, logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
+        return PolicyForward(logp=logp, mask=mask, entropy=entropy, self_certainty=certainty, ref_logp=ref_logp)
+
+    def step(self, fwd: PolicyForward, advantages: torch.Tensor, max_len: int | None = None) -> UpdateStats:
+        """One GRPO policy step from a :meth:`forward` pass; ``advantages`` is (N,).
+
+        One optimiser step per rollout batch (on-policy, the paper's setting): old log-probs are the current
+        ones, so the ratio is 1 and the clip is inactive; the gradient is the group-baselined policy gradient.
+        """
+        mask = fwd.mask
+        out = grpo.grpo_loss(fwd.logp, fwd.logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
                              clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, kl_coef=self.cfg.kl_coef,
-                             ref_logp=ref_logp, max_len=max_len)
+                             ref_logp=fwd.ref_logp, max_len=max_len)
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.model.eval()
+        n_tok = mask.sum(-1)
+        mean_entropy = float((fwd.entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
         return UpdateStats(loss=float(out.loss.detach()), pg_loss=float(out.pg_loss), kl=float(out.kl),
                            clip_fraction=float(out.clip_fraction), grad_norm=float(grad_norm),
                            entropy=mean_entropy, n_tokens=int(mask.sum()))
+
+    def update(self, prompts: Sequence[str], completions: Sequence[Completion], advantages: torch.Tensor,
+               max_len: int | None = None) -> UpdateStats:
+        """forward + step: one GRPO update on N sequences with advantages (N,)."""
+        return self.step(self.forward(prompts, completions), advantages, max_len=max_len)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: Path) -> None:

@@ -21,6 +21,7 @@ the plain policy-gradient (REINFORCE with group baseline) estimator.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -214,6 +215,23 @@ def entropy_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
     z = _scaled_logits(logits, temperature)
     p = torch.softmax(z, dim=-1)
     return torch.logsumexp(z, dim=-1) - (p * z).sum(dim=-1)
+
+
+def self_certainty_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """Self-certainty KL(U || softmax(logits / temperature)) per position (Intuitor, arXiv 2505.19590).
+
+    logits: (N, T, V). Returns (N, T): logsumexp(z) - mean_v(z) - log V, z = logits / temperature; >= 0, and 0
+    exactly for the uniform distribution. (Intuitor's ``self_certainty_from_logits`` omits the constant -log V,
+    which group normalisation removes anyway.)
+    """
+    z = _scaled_logits(logits, temperature)
+    return torch.logsumexp(z, dim=-1) - z.mean(dim=-1) - math.log(z.shape[-1])
+
+
+def masked_seq_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Per-sequence mean over masked positions. values/mask: (N, T) -> (N,); 0 for an empty row."""
+    m = mask.to(values.dtype)
+    return (values * m).sum(-1) / m.sum(-1).clamp(min=1.0)
 
 
 def logprobs_from_logits(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> Tensor:

@@ -40,12 +40,21 @@ class AgentRollouts:
 
 
 @dataclass(frozen=True)
+class SequenceStats:
+    """Per-rollout statistics of the agent's own policy, from the training forward pass (first K of each prompt)."""
+
+    entropy: list[list[float]]  # [P][K] mean token entropy of softmax(logits / T) over the response
+    self_certainty: list[list[float]]  # [P][K] mean token KL(U || p) over the response
+
+
+@dataclass(frozen=True)
 class RewardInput:
     step: int
     problem_ids: list[str]  # [P], identical for every agent (views are aligned by id)
     rollouts: dict[str, AgentRollouts]  # agent name -> rollouts, in cohort order
     samples_per_prompt: int  # K: the rollouts that are trained on are the first K of each prompt
     labels: list[str] | None = None  # hidden truth; only for methods with uses_labels = True
+    stats: dict[str, SequenceStats] | None = None  # agent -> policy statistics of its trained rollouts
 
 
 @dataclass

@@ -3,6 +3,7 @@
     prompts (same problems, same order for every agent; each agent sees its own view)
       -> each agent generates completions               (rollout engine, per-agent seed)
       -> answers extracted once                          (the verifier, shared with evaluation)
+      -> one training forward pass per agent             (log-probs, entropy, self-certainty: one pass)
       -> method.rewards(batch) -> rewards per agent      (the hidden truth only if method.uses_labels)
       -> group-normalised advantages per agent           (GRPO core, unless the method overrides them)
       -> one policy update per agent
@@ -24,7 +25,7 @@ from corl_bench import grpo
 from corl_bench.agent import Agent
 from corl_bench.config import Config
 from corl_bench.diagnostics import agent_diagnostics
-from corl_bench.method import AgentRollouts, Method, RewardInput
+from corl_bench.method import AgentRollouts, Method, RewardInput, SequenceStats
 from corl_bench.results import append_jsonl
 from corl_bench.rollout import SamplingParams
 from corl_bench.verifier import extract_normalized, plurality_vote
@@ -79,16 +80,26 @@ class Trainer:
                 finished=[[c.finished for c in row] for row in comps[a.name]])
         timer["rollout"] = time.perf_counter() - t0
 
-        # 2. rewards: the method sees answers; labels only if it declares uses_labels
+        # 2. one training-side forward pass per agent (log-probs with grad, entropy, self-certainty)
+        t0 = time.perf_counter()
+        train_prompts = {a.name: [pr for pr in prompts[a.name] for _ in range(k)] for a in self.agents}
+        train_comps = {a.name: [row[j] for row in comps[a.name] for j in range(k)] for a in self.agents}
+        forwards = {a.name: a.forward(train_prompts[a.name], train_comps[a.name]) for a in self.agents}
+        stats = {name: SequenceStats(entropy=f.entropy.reshape(-1, k).tolist(),
+                                     self_certainty=f.self_certainty.reshape(-1, k).tolist())
+                 for name, f in forwards.items()}
+        timer["forward"] = time.perf_counter() - t0
+
+        # 3. rewards: the method sees answers and policy statistics; labels only if it declares uses_labels
         t0 = time.perf_counter()
         batch = RewardInput(step=step, problem_ids=[p.id for p in problems], rollouts=rollouts,
-                            samples_per_prompt=k, labels=truth if self.method.uses_labels else None)
+                            samples_per_prompt=k, labels=truth if self.method.uses_labels else None, stats=stats)
         rewards = self.method.rewards(batch)
         override = self.method.advantages(batch, rewards)
         votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in rollouts.items()}
         timer["reward"] = time.perf_counter() - t0
 
-        # 3. advantages and one update per agent
+        # 4. advantages and one update per agent
         t0 = time.perf_counter()
         result = StepResult(step=step, metrics={})
         for a in self.agents:
@@ -97,13 +108,11 @@ class Trainer:
                 adv = torch.as_tensor(override[a.name], dtype=torch.float32)
             else:
                 adv = grpo.group_advantages(r, scale_std=cfg.grpo.scale_std, eps=cfg.grpo.adv_eps)
-            train_comps = [row[j] for row in comps[a.name] for j in range(k)]
-            train_prompts = [pr for pr in prompts[a.name] for _ in range(k)]
-            stats = a.update(train_prompts, train_comps, adv.reshape(-1), max_len=cfg.rollout.max_new_tokens)
+            upd = a.step(forwards.pop(a.name), adv.reshape(-1), max_len=cfg.rollout.max_new_tokens)
             result.metrics[a.name] = agent_diagnostics(
                 rollouts=rollouts[a.name], rewards=rewards[a.name], truth=truth, k=k, own_votes=votes[a.name],
                 other_votes={o.name: votes[o.name] for o in self.agents if o.name != a.name},
-                lengths=[len(c.token_ids) for c in train_comps], update=stats,
+                lengths=[len(c.token_ids) for c in train_comps[a.name]], update=upd,
                 zero_std_fraction=grpo.zero_std_fraction(r))
         timer["update"] = time.perf_counter() - t0
         result.seconds = timer

@@ -103,6 +103,11 @@ def _extract_boxed(text: str) -> Optional[str]:
     return content.strip()
 
 
+def has_boxed(text: str) -> bool:
+    """True when ``text`` ends its working with a non-empty, balanced ``\\boxed{}``/``\\fbox{}`` answer."""
+    return _extract_boxed(text) is not None
+
+
 def _extract_after_phrase(text: str, phrase: str) -> Optional[str]:
     """Text after the last ``phrase`` up to the end of its sentence/line; None if absent/empty."""
     pos = text.rfind(phrase)

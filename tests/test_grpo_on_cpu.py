@@ -373,3 +373,24 @@ def test_module_is_pure():
     before = r.clone()
     group_advantages(r)
     assert torch.equal(r, before)  # inputs are not modified in place
+
+
+# ----------------------------------------------------------------------------------------- self-certainty
+def test_self_certainty_two_token_vocabulary_by_hand():
+    # p = [0.25, 0.75]: KL(U || p) = 0.5 ln(0.5/0.25) + 0.5 ln(0.5/0.75) = 0.5 ln 2 + 0.5 ln(2/3) = 0.14384
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])
+    assert grpo.self_certainty_from_logits(logits).item() == pytest.approx(0.143841, abs=1e-5)
+
+
+def test_self_certainty_is_zero_for_uniform_and_grows_with_temperature_sharpening():
+    uniform = torch.zeros(1, 1, 5)
+    assert grpo.self_certainty_from_logits(uniform).item() == pytest.approx(0.0, abs=1e-6)
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])
+    assert grpo.self_certainty_from_logits(logits, temperature=0.5).item() > grpo.self_certainty_from_logits(
+        logits).item()
+
+
+def test_masked_seq_mean_ignores_padding_and_empty_rows():
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0], [5.0, 5.0, 5.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]])
+    assert grpo.masked_seq_mean(values, mask).tolist() == [2.0, 4.0, 0.0]

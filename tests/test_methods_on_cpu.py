@@ -134,3 +134,46 @@ def test_gt_reward_refuses_to_run_without_labels():
 
 def test_label_free_methods_declare_no_labels():
     assert not METHODS.get("corl").uses_labels and not METHODS.get("ttrl").uses_labels
+
+
+# ----------------------------------------------------------------------------- RENT, Intuitor, random reward
+from corl_bench.method import SequenceStats  # noqa: E402
+
+
+def stats_batch(entropy, certainty, completions, k):
+    answers = [[None] * len(row) for row in completions]
+    ro = AgentRollouts(agent="a0", answers=answers, completions=completions,
+                       finished=[[True] * len(row) for row in completions])
+    return RewardInput(step=3, problem_ids=[f"p{i}" for i in range(len(completions))], rollouts={"a0": ro},
+                       samples_per_prompt=k, stats={"a0": SequenceStats(entropy=entropy, self_certainty=certainty)})
+
+
+def test_rent_reward_is_minus_mean_entropy_with_the_official_format_penalty():
+    # two-token vocabulary, p = [0.25, 0.75] at every position: H = 0.5623 nats (hand value)
+    h = 0.562335
+    b = stats_batch([[h, 0.1]], [[0.0, 0.0]], [["1+1=2;\\boxed{2}", "no box here 2"]], k=2)
+    assert make("rent", 1).rewards(b)["a0"].rewards == [[pytest.approx(-h), -7.0]]
+    assert make("rent", 1, no_answer_entropy=None).rewards(b)["a0"].rewards == [[pytest.approx(-h), -0.1]]
+
+
+def test_intuitor_reward_is_the_self_certainty():
+    sc = 0.143841  # KL(U || [0.25, 0.75]) by hand
+    b = stats_batch([[0.5, 0.5]], [[sc, 0.0]], [["\\boxed{1}", "\\boxed{1}"]], k=2)
+    assert make("intuitor", 1).rewards(b)["a0"].rewards == [[sc, 0.0]]
+
+
+def test_intrinsic_methods_refuse_to_run_without_policy_statistics():
+    for name in ("rent", "intuitor"):
+        with pytest.raises(RuntimeError, match="RewardInput.stats"):
+            make(name, 1).rewards(batch({"a0": [["1"]]}, k=1))
+
+
+def test_random_reward_is_bernoulli_seeded_and_ignores_the_completions():
+    m = make("random-reward", 1, p=0.5, seed=7)
+    b1 = batch({"a0": [["1"] * 8] * 50}, k=8)
+    b2 = batch({"a0": [["9"] * 8] * 50}, k=8)
+    r1, r2 = m.rewards(b1)["a0"].rewards, m.rewards(b2)["a0"].rewards
+    assert r1 == r2  # independent of the answers, reproducible
+    flat = [x for row in r1 for x in row]
+    assert set(flat) == {0.0, 1.0} and 0.35 < sum(flat) / len(flat) < 0.65
+    assert make("random-reward", 1, p=0.0).rewards(b1)["a0"].rewards == [[0.0] * 8] * 50

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from corl_bench.agent import Agent, UpdateStats
+from corl_bench.agent import Agent, PolicyForward, UpdateStats
 from corl_bench.config import AgentSpec, load_config
 from corl_bench.micro.tasks import problem_stream
 from corl_bench.micro.warmstart import render_prompt
@@ -52,7 +52,12 @@ class PlantedAgent:
         return [[Completion((5, 6), (), f"1+1=2;\\boxed{{{self.answers[j % len(self.answers)]}}}", True)
                  for j in range(params.n)] for _ in prompts]
 
-    def update(self, prompts, completions, advantages, max_len=None):
+    def forward(self, prompts, completions):
+        n = len(completions)
+        return PolicyForward(logp=torch.zeros(n, 1), mask=torch.ones(n, 1), entropy=torch.full((n,), 0.5),
+                             self_certainty=torch.full((n,), 0.25))
+
+    def step(self, fwd, advantages, max_len=None):
         self.updates.append(advantages.clone())
         return UpdateStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
 
@@ -179,3 +184,45 @@ def test_positive_advantage_raises_the_completions_logprob(real_agent):
     for _ in range(3):
         real_agent.update([prompt, prompt], [comp, comp], torch.tensor([1.0, 1.0]))
     assert logp() > before
+
+
+def test_agents_see_the_same_problems_in_the_same_order_but_sample_differently(tiny_qwen):
+    """Same-family cohort: one checkpoint, two agents; prompts are shared, rollout randomness is not."""
+    model, tok = tiny_qwen
+    cfg = load_config(None, ["grpo.lr=1e-3"])
+    agents = [Agent(AgentSpec(name=f"a{i}", family="qwen2-bpe", seed_offset=i), copy.deepcopy(model), tok, cfg.grpo)
+              for i in range(2)]
+    trainer, seen = make_trainer(agents, "corl")
+    trainer.step(0)
+    batch, _ = seen[0]
+    assert list(batch.rollouts) == ["a0", "a1"] and len(batch.problem_ids) == 4
+    a0, a1 = batch.rollouts["a0"].completions, batch.rollouts["a1"].completions
+    assert a0 != a1  # different sampling seeds
+    # a rerun of the same step with the same seeds reproduces every completion
+    trainer2, seen2 = make_trainer([Agent(a.spec, copy.deepcopy(model), tok, cfg.grpo) for a in agents], "corl")
+    trainer2.step(0)
+    assert seen2[0][0].rollouts["a0"].completions == a0 and seen2[0][0].problem_ids == batch.problem_ids
+
+
+@pytest.mark.parametrize("method,expected", [("rent", -0.5), ("intuitor", 0.25)])
+def test_trainer_hands_the_forward_pass_statistics_to_intrinsic_methods(method, expected):
+    agent = PlantedAgent("a0", ["42"], offset=0)  # its forward pass reports entropy 0.5, self-certainty 0.25
+    trainer, seen = make_trainer([agent], method)
+    trainer.step(0)
+    assert seen[0][1]["a0"].rewards == [[expected] * 4] * 4
+
+
+def test_real_forward_pass_statistics_match_a_recomputation(real_agent):
+    from corl_bench import grpo
+    from corl_bench.rollout import SamplingParams
+
+    prompt = render_prompt("Ava has 77 pens. Ava gets 6 and buys 5. How many pens now?")
+    comps = real_agent.generate([prompt], SamplingParams(n=2, max_new_tokens=6, seed=4))[0]
+    fwd = real_agent.forward([prompt] * 2, comps)
+    ids, att, cmask = real_agent._batch([prompt] * 2, comps)
+    with torch.no_grad():
+        logits = real_agent.model(input_ids=ids, attention_mask=att).logits[:, :-1]
+    mask = cmask[:, 1:]
+    assert torch.allclose(fwd.entropy, grpo.masked_seq_mean(grpo.entropy_from_logits(logits), mask), atol=1e-5)
+    assert torch.allclose(fwd.self_certainty,
+                          grpo.masked_seq_mean(grpo.self_certainty_from_logits(logits), mask), atol=1e-5)
