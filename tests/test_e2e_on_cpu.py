@@ -108,3 +108,27 @@ def test_warm_start_is_deterministic(e2e_run, tmp_path):
     a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert (first / "tokenizer.json").read_text() == (second / "tokenizer.json").read_text()
+
+
+@pytest.mark.parametrize("method", ["ttrl", "gt-reward", "rent", "intuitor", "random-reward", "corl"])
+def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_run, method):
+    from corl_bench.registries import METHODS
+    from corl_bench.runner import run
+    from corl_bench.table import collect
+
+    root, _, _ = e2e_run
+    n_agents = 2 if METHODS.get(method).min_agents > 1 else 1
+    agents = "[{name: a0, family: tiny-qwen2-bpe}" + (", {name: a1, family: tiny-neox-bpe, seed_offset: 1}]"
+                                                      if n_agents == 2 else "]")
+    out = root / f"methods-{method}"
+    cfg = load_config(None, [
+        f"method.name={method}", "cohort.name=tiny", f"cohort.agents={agents}", "run.steps=2",
+        f"run.output_dir={out / 'runs'}", f"model.cache_dir={root / 'cache'}", "rollout.prompts_per_step=2",
+        "rollout.samples_per_prompt=4", "rollout.max_new_tokens=12", "eval.max_problems=4", "eval.samples=2",
+        "eval.max_new_tokens=12"])
+    run_dir = run(cfg)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * n_agents
+    assert all(r["reward/mean"] is not None and r["policy/entropy"] is not None for r in rows)
+    table_rows, warnings = collect(out)
+    assert not warnings and {r.method for r in table_rows} == {method}

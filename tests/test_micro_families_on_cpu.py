@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
 from corl_bench.micro.families import BUILTIN_FAMILIES, build_model, build_tokenizer
 from corl_bench.micro.tasks import problem_stream
-from corl_bench.micro.warmstart import render_prompt, wsd_factor
+from corl_bench.micro.warmstart import cosine_factor, render_prompt
 
 PROBLEMS = list(itertools.islice(problem_stream(3), 200))
 CORPUS = [render_prompt(p.text(v)) + p.solution() for p in PROBLEMS for v in ("original", "rephrased")]
@@ -44,8 +45,9 @@ def test_builtin_families_differ_in_architecture_and_seed():
     assert len({f.flaw for f in fams}) == len(fams)
 
 
-def test_wsd_schedule_warms_up_holds_and_decays_to_ten_percent():
+def test_warm_start_schedule_warms_up_then_decays_to_ten_percent_at_the_cap():
     steps = 100
-    f = [wsd_factor(s, steps) for s in range(steps)]
-    assert f[0] < f[5] == 1.0 and f[50] == 1.0 and f[79] == 1.0
-    assert f[-1] == pytest.approx(0.1) and all(a >= b for a, b in zip(f[80:], f[81:]))
+    f = [cosine_factor(s, steps) for s in range(steps + 1)]
+    assert f[0] < f[4] <= f[5] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(f[5:], f[6:]))
+    assert f[steps] == pytest.approx(0.1) and f[50] == pytest.approx(0.1 + 0.45 * (1 + math.cos(math.pi * 45 / 95)))

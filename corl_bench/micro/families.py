@@ -52,7 +52,11 @@ class Family:
     p_sys: float = 0.35
     p_noise: float = 0.1
     rephrased_share: float = 0.3  # share of warm-start prompts written in the rephrased view
-    warmstart_steps: int = 400
+    warmstart_steps: int = 700
+    """the cap; the warm start stops once the dev greedy accuracy reaches ``warmstart_target``"""
+    warmstart_target: float = 0.6
+    warmstart_min_steps: int = 150
+    warmstart_check_every: int = 25
     warmstart_lr: float = 3e-3
     warmstart_batch: int = 64
     seed: int = 0
@@ -138,18 +142,18 @@ BUILTIN_FAMILIES: dict[str, Family] = {
         "qwen2-bpe", "Qwen2Config",
         (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("num_key_value_heads", 2),
          ("intermediate_size", 384), ("max_position_embeddings", 128), ("tie_word_embeddings", True)),
-        tokenizer="bpe", vocab_size=800, flaw="no-carry", seed=11, warmstart_steps=400),
+        tokenizer="bpe", vocab_size=800, flaw="no-carry", seed=11),
     "llama-bpe": Family(
         "llama-bpe", "LlamaConfig",
         (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("intermediate_size", 384),
          ("max_position_embeddings", 128), ("tie_word_embeddings", True)),
-        tokenizer="bpe", vocab_size=600, flaw="skip-last", seed=22, warmstart_steps=500),
+        tokenizer="bpe", vocab_size=800, flaw="skip-last", seed=22),
     "neox-bpe": Family(
         "neox-bpe", "GPTNeoXConfig",
         (("hidden_size", 128), ("num_hidden_layers", 4), ("num_attention_heads", 4), ("intermediate_size", 384),
          ("max_position_embeddings", 128), ("tie_word_embeddings", True), ("rotary_pct", 0.5),
          ("use_parallel_residual", True)),
-        tokenizer="bpe", vocab_size=500, flaw="no-borrow", seed=33, warmstart_steps=500),
+        tokenizer="bpe", vocab_size=500, flaw="no-borrow", seed=33),
 }
 
 FamilyFactory = Callable[[], Family]

@@ -1,7 +1,10 @@
 """Warm start: a short supervised phase that turns a random tiny LM into an imperfect arithmetic solver.
 
 The corpus is the family's own flawed solutions (see ``families.flawed_solution``) of problems from a
-family-specific stream; loss on solution tokens only; AdamW with a warmup-stable-decay schedule (see ``wsd_factor``).
+family-specific stream; loss on solution tokens only; AdamW with warmup and cosine decay over a step cap. Training
+stops as soon as greedy accuracy on a small dev stream (disjoint from every test suite) reaches the family's target,
+checked every few dozen steps: the arithmetic is learnt in a sharp, seed-dependent transition, and a fixed step
+count lands some families far above and others far below the intended imperfect base accuracy.
 Everything is seeded and runs single-threaded per family, so a rebuilt checkpoint is bit-identical on the same
 machine and torch build. Checkpoints are ordinary ``save_pretrained`` folders (model + tokenizer), so the loading
 code that serves them also serves real models.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import logging
 import random
 import time
@@ -25,18 +29,32 @@ log = logging.getLogger(__name__)
 PROMPT_SUFFIX = "\n"
 
 
-def wsd_factor(step: int, steps: int, warmup: float = 0.06, decay: float = 0.2) -> float:
-    """Warmup-stable-decay: linear warmup, constant, then linear decay to 10 % over the last ``decay`` share.
-
-    The arithmetic is learnt in a sharp transition after a few hundred steps at a high learning rate; a cosine
-    schedule that decays early delays or stalls it, so the rate stays at its peak until the final consolidation.
-    """
-    w, d = max(1, int(warmup * steps)), max(1, int(decay * steps))
+def cosine_factor(step: int, steps: int, warmup: float = 0.05) -> float:
+    """Linear warmup, then cosine decay to 10 % at ``steps`` (the cap; training usually stops earlier)."""
+    w = max(1, int(warmup * steps))
     if step < w:
         return (step + 1) / w
-    if step < steps - d:
-        return 1.0
-    return 1.0 - 0.9 * (step - (steps - d) + 1) / d
+    return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, (step - w) / max(1, steps - w))))
+
+
+def _dev_set(family: Family, n: int = 96) -> list[Any]:
+    """Problems for the stopping check: the family's own seeded stream, disjoint from every test suite."""
+    return list(itertools.islice(problem_stream(family.seed + 7_777, prefix=f"warm-dev-{family.name}"), n))
+
+
+def dev_accuracy(model: Any, tok: Any, problems: list[Any], max_new_tokens: int = 40) -> float:
+    """Greedy accuracy on ``problems`` (original view), graded by the project's verifier."""
+    import torch
+
+    from corl_bench.verifier import grade
+
+    model.eval()
+    enc = tok([render_prompt(p.text("original")) for p in problems], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id)
+    texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return sum(grade(t, p.answer)[1] for t, p in zip(texts, problems)) / len(problems)
 
 
 def render_prompt(text: str) -> str:
@@ -59,8 +77,9 @@ def warm_start(family: Family, *, steps: int | None = None, progress: Callable[[
     import torch
 
     torch.set_num_threads(threads)
-    steps = family.warmstart_steps if steps is None else steps
+    steps = family.warmstart_steps if steps is None else steps  # the cap; training stops at the target accuracy
     bs = family.warmstart_batch
+    dev = _dev_set(family)
     data = _examples(family, steps * bs, seed=family.seed)
     tok = build_tokenizer(family.tokenizer, [p + s for p, s in data[:4000]], vocab_size=family.vocab_size or 800)
     torch.manual_seed(family.seed)
@@ -68,8 +87,8 @@ def warm_start(family: Family, *, steps: int | None = None, progress: Callable[[
     model.train()
     eos = tok.eos_token_id
     opt = torch.optim.AdamW(model.parameters(), lr=family.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: wsd_factor(s, steps))
-    t0, losses = time.perf_counter(), []
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_factor(s, steps))
+    t0, losses, checks = time.perf_counter(), [], []
     enc_p = tok([p for p, _ in data], add_special_tokens=True)["input_ids"]
     enc_s = tok([s for _, s in data], add_special_tokens=False)["input_ids"]
     for step in range(steps):
@@ -90,10 +109,19 @@ def warm_start(family: Family, *, steps: int | None = None, progress: Callable[[
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        done = step + 1
+        if done >= family.warmstart_min_steps and done % family.warmstart_check_every == 0:
+            checks.append((done, dev_accuracy(model, tok, dev)))
+            model.train()
+            if checks[-1][1] >= family.warmstart_target:
+                break
         if progress is not None:
-            progress(step + 1, steps, model)
+            progress(done, steps, model)
+    if progress is not None:
+        progress(steps, steps, model)
     model.eval()
-    record = {"family": family.name, "steps": steps, "batch": bs, "lr": family.warmstart_lr, "seed": family.seed,
+    record = {"family": family.name, "steps": done, "max_steps": steps, "target_dev_greedy": family.warmstart_target,
+              "dev_checks": checks, "batch": bs, "lr": family.warmstart_lr, "seed": family.seed,
               "final_loss": sum(losses[-20:]) / min(20, len(losses)), "seconds": time.perf_counter() - t0,
               "n_params": sum(p.numel() for p in model.parameters())}
     return model, tok, record
