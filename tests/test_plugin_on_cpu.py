@@ -78,7 +78,7 @@ def test_installed_plugin_trains_in_the_micro_profile(plugin_path, tmp_path):
         fam = tiny_family("qwen2-bpe", warmstart_steps=4, warmstart_batch=16)
         FAMILIES.register(fam.name, fam)
         cfg = load_config(None, ["method.name=confident-ttrl", "cohort.name=tiny-single",
-            "cohort.agents=[{{name: a0, family: {fam.name}}}]", "run.steps=2",
+            "cohort.agents=[{{name: a0, family: tiny-qwen2-bpe}}]", "run.steps=2",
             "run.output_dir={tmp_path / 'runs'}", "model.cache_dir={tmp_path / 'cache'}",
             "rollout.prompts_per_step=4", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=12",
             "eval.max_problems=4", "eval.samples=2", "eval.max_new_tokens=12"])
