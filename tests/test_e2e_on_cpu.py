@@ -7,7 +7,6 @@ Slow-ish (about a minute on 2 cores): the families are tiny and warm-started for
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from corl_bench.config import ConfigError, ModelConfig
-from corl_bench.micro.families import BUILTIN_FAMILIES, Family
+from corl_bench.micro.families import Family
 from corl_bench.micro.tasks import SUITE_VERSION, Problem, problem_stream, test_suite
 from corl_bench.micro.warmstart import render_prompt
 
