@@ -46,7 +46,7 @@ class PolicyForward:
 
 class Agent:
     def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
-                 backend: str = "hf", temperature: float = 1.0) -> None:
+                 backend: str = "hf", temperature: float = 1.0, teacher: bool = False) -> None:
         self.spec = spec
         self.name = spec.name
         self.model = model
@@ -57,14 +57,31 @@ class Agent:
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=grpo_cfg.lr, betas=grpo_cfg.betas,
                                            weight_decay=grpo_cfg.weight_decay)
         self.reference = None
-        if grpo_cfg.kl_coef > 0:  # frozen copy of the initial policy for the k3 KL term
+        self.teacher_engine = None
+        if grpo_cfg.kl_coef > 0 or teacher:  # copy of the initial policy: KL anchor (and EMA teacher)
             self.reference = copy.deepcopy(model).eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
+        if teacher:  # a slowly updated teacher that generates its own rollouts and doubles as the KL anchor
+            self.teacher_engine = make_engine(backend, self.reference, tokenizer)
 
     # ------------------------------------------------------------------ rollouts
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[str], params: SamplingParams, *, teacher: bool = False
+                 ) -> list[list[Completion]]:
+        """Rollouts from the policy, or from the EMA teacher (``teacher=True``, agents built with a teacher)."""
+        if teacher:
+            if self.teacher_engine is None:
+                raise RuntimeError(f"agent {self.name} has no teacher; build it with teacher=True")
+            return self.teacher_engine.generate(prompts, params)
         return self.engine.generate(prompts, params)
+
+    @torch.no_grad()
+    def ema_update(self, alpha: float) -> None:
+        """teacher <- alpha * policy + (1 - alpha) * teacher (Co-rewarding-II's sliding average)."""
+        if self.reference is None:
+            raise RuntimeError(f"agent {self.name} has no teacher/reference to update")
+        for t, p in zip(self.reference.parameters(), self.model.parameters()):
+            t.mul_(1.0 - alpha).add_(p.detach(), alpha=alpha)
 
     # ------------------------------------------------------------------ update
     def _batch(self, prompts: Sequence[str], completions: Sequence[Completion]) -> tuple[torch.Tensor, ...]:

@@ -55,6 +55,7 @@ class RewardInput:
     samples_per_prompt: int  # K: the rollouts that are trained on are the first K of each prompt
     labels: list[str] | None = None  # hidden truth; only for methods with uses_labels = True
     stats: dict[str, SequenceStats] | None = None  # agent -> policy statistics of its trained rollouts
+    teacher_rollouts: dict[str, AgentRollouts] | None = None  # agent -> rollouts of its EMA teacher (if any)
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Method:
     extra_cost: ClassVar[str] = "none"  # extra forward passes or generations, for `ls methods`
     reference: ClassVar[str] = ""  # paper / official code the implementation follows
     Options: ClassVar[type] = NoOptions  # a frozen dataclass; MethodConfig.options is validated against it
+    teacher: ClassVar[bool] = False  # each agent keeps an EMA teacher that generates (Co-rewarding-II)
 
     def __init__(self, options: Any, agents: Sequence[AgentSpec]) -> None:
         self.options = options
@@ -126,6 +128,10 @@ class Method:
     def advantages(self, batch: RewardInput, rewards: dict[str, AgentRewards]) -> dict[str, Any] | None:
         """Optional override of the GRPO group advantages: agent -> (P, K) tensor. None = the shared GRPO core."""
         return None
+
+    def teacher_alpha(self, step: int, total_steps: int) -> float:
+        """EMA rate for the teacher after ``step`` (only for methods with ``teacher = True``)."""
+        return 0.0
 
     def state_dict(self) -> dict[str, Any]:
         """Method state to checkpoint (most methods are stateless)."""

@@ -92,7 +92,8 @@ def run(cfg: Config, *, console: Any = None) -> Path:
             families = [a.family for a in cfg.cohort.agents]
             prog.warm_start(profile, families)
             agents = [Agent(spec, *profile.load(spec.family), cfg.grpo, backend=cfg.rollout.backend,
-                            temperature=cfg.rollout.temperature) for spec in cfg.cohort.agents]
+                            temperature=cfg.rollout.temperature, teacher=plan.method_cls.teacher)
+                      for spec in cfg.cohort.agents]
             method = plan.method_cls(plan.options, cfg.cohort.agents)
             info["teachers"] = method.teachers()
             info["timings"]["models"] = time.perf_counter() - t0

@@ -78,6 +78,18 @@ class Trainer:
                 answers=[[extract_normalized(c.text) for c in row] for row in comps[a.name]],
                 completions=[[c.text for c in row] for row in comps[a.name]],
                 finished=[[c.finished for c in row] for row in comps[a.name]])
+        teacher_rollouts = None
+        if self.method.teacher:  # the EMA teacher samples its own K completions (a separate seed stream)
+            teacher_rollouts = {}
+            for a in self.agents:
+                params = SamplingParams(n=k, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                        max_new_tokens=cfg.rollout.max_new_tokens,
+                                        seed=rollout_seed(cfg.run.seed, a.spec.seed_offset + 1_000, step))
+                rows = a.generate(prompts[a.name], params, teacher=True)
+                teacher_rollouts[a.name] = AgentRollouts(
+                    agent=a.name, answers=[[extract_normalized(c.text) for c in row] for row in rows],
+                    completions=[[c.text for c in row] for row in rows],
+                    finished=[[c.finished for c in row] for row in rows])
         timer["rollout"] = time.perf_counter() - t0
 
         # 2. one training-side forward pass per agent (log-probs with grad, entropy, self-certainty)
@@ -93,7 +105,8 @@ class Trainer:
         # 3. rewards: the method sees answers and policy statistics; labels only if it declares uses_labels
         t0 = time.perf_counter()
         batch = RewardInput(step=step, problem_ids=[p.id for p in problems], rollouts=rollouts,
-                            samples_per_prompt=k, labels=truth if self.method.uses_labels else None, stats=stats)
+                            samples_per_prompt=k, labels=truth if self.method.uses_labels else None, stats=stats,
+                            teacher_rollouts=teacher_rollouts)
         rewards = self.method.rewards(batch)
         override = self.method.advantages(batch, rewards)
         votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in rollouts.items()}
@@ -109,6 +122,8 @@ class Trainer:
             else:
                 adv = grpo.group_advantages(r, scale_std=cfg.grpo.scale_std, eps=cfg.grpo.adv_eps)
             upd = a.step(forwards.pop(a.name), adv.reshape(-1), max_len=cfg.rollout.max_new_tokens)
+            if self.method.teacher:
+                a.ema_update(self.method.teacher_alpha(step, cfg.run.steps))
             result.metrics[a.name] = agent_diagnostics(
                 rollouts=rollouts[a.name], rewards=rewards[a.name], truth=truth, k=k, own_votes=votes[a.name],
                 other_votes={o.name: votes[o.name] for o in self.agents if o.name != a.name},

@@ -109,7 +109,7 @@ def test_warm_start_is_deterministic(e2e_run, tmp_path):
     assert (first / "tokenizer.json").read_text() == (second / "tokenizer.json").read_text()
 
 
-@pytest.mark.parametrize("method", ["ttrl", "gt-reward", "rent", "intuitor", "random-reward", "corl"])
+@pytest.mark.parametrize("method", ["ttrl", "gt-reward", "rent", "intuitor", "random-reward", "co-rewarding-ii", "corl"])
 def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_run, method):
     from corl_bench.registries import METHODS
     from corl_bench.runner import run

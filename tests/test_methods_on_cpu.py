@@ -177,3 +177,28 @@ def test_random_reward_is_bernoulli_seeded_and_ignores_the_completions():
     flat = [x for row in r1 for x in row]
     assert set(flat) == {0.0, 1.0} and 0.35 < sum(flat) / len(flat) < 0.65
     assert make("random-reward", 1, p=0.0).rewards(b1)["a0"].rewards == [[0.0] * 8] * 50
+
+
+# ----------------------------------------------------------------------------------------------- Co-rewarding-II
+def test_co_rewarding_ii_rewards_exact_agreement_with_the_teachers_plurality():
+    m = make("co-rewarding-ii", 1)
+    b = batch({"a0": [["2", "0.5", "3", None], ["7", "7", "7", "7"]]}, k=4)
+    teacher = {"a0": ro("a0", [["0.5", "0.5", "1/2", None], [None, None, None, None]])}
+    b = RewardInput(step=0, problem_ids=b.problem_ids, rollouts=b.rollouts, samples_per_prompt=4,
+                    teacher_rollouts=teacher)
+    out = m.rewards(b)["a0"]
+    assert out.pseudo_labels == ["0.5", None]  # teacher plurality; a teacher without answers labels nothing
+    assert out.rewards == [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]  # exact string, as the reference
+
+
+def test_co_rewarding_ii_alpha_is_cosine_annealed_from_start_to_end():
+    m = make("co-rewarding-ii", 1)
+    assert m.teacher_alpha(0, 100) == pytest.approx(0.01)
+    assert m.teacher_alpha(50, 100) == pytest.approx(1e-5 + 0.5 * (0.01 - 1e-5))
+    assert m.teacher_alpha(100, 100) == pytest.approx(1e-5)
+    assert METHODS.get("co-rewarding-ii").teacher
+
+
+def test_co_rewarding_ii_refuses_to_run_without_teacher_rollouts():
+    with pytest.raises(RuntimeError, match="teacher rollouts"):
+        make("co-rewarding-ii", 1).rewards(batch({"a0": [["1"]]}, k=1))

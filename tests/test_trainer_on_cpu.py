@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,44 @@ def test_real_forward_pass_statistics_match_a_recomputation(real_agent):
     assert torch.allclose(fwd.entropy, grpo.masked_seq_mean(grpo.entropy_from_logits(logits), mask), atol=1e-5)
     assert torch.allclose(fwd.self_certainty,
                           grpo.masked_seq_mean(grpo.self_certainty_from_logits(logits), mask), atol=1e-5)
+
+
+class TeacherDouble(PlantedAgent):
+    """A planted agent whose EMA teacher answers ``teacher_answer`` and records its EMA rates."""
+
+    def __init__(self, name, answers, teacher_answer):
+        super().__init__(name, answers, offset=0)
+        self.teacher_answer, self.alphas = teacher_answer, []
+
+    def generate(self, prompts, params, teacher=False):
+        if teacher:
+            return [[Completion((5,), (), f"\\boxed{{{self.teacher_answer}}}", True)] * params.n for _ in prompts]
+        return super().generate(prompts, params)
+
+    def ema_update(self, alpha):
+        self.alphas.append(alpha)
+
+
+def test_trainer_generates_teacher_rollouts_and_updates_the_teacher_after_each_step():
+    agent = TeacherDouble("a0", ["5", "6", "5", "5"], teacher_answer="5")
+    trainer, seen = make_trainer([agent], "co-rewarding-ii", **{"run.steps": 4})
+    trainer.step(0)
+    trainer.step(1)
+    batch, out = seen[0]
+    assert batch.teacher_rollouts["a0"].answers == [["5"] * 4] * 4
+    assert out["a0"].rewards == [[1.0, 0.0, 1.0, 1.0]] * 4
+    assert agent.alphas == pytest.approx([0.01, 1e-5 + 0.5 * (0.01 - 1e-5) * (1 + math.cos(math.pi / 4))])
+
+
+def test_agent_ema_update_moves_the_teacher_toward_the_policy(tiny_qwen):
+    model, tok = tiny_qwen
+    cfg = load_config(None, [])
+    agent = Agent(AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, cfg.grpo, teacher=True)
+    with torch.no_grad():
+        for p in agent.model.parameters():
+            p.add_(1.0)
+    before = [t.detach().clone() for t in agent.reference.parameters()]
+    agent.ema_update(0.25)
+    for t, b, p in zip(agent.reference.parameters(), before, agent.model.parameters()):
+        assert torch.allclose(t, 0.25 * p + 0.75 * b, atol=1e-6)
+    assert agent.teacher_engine is not None and agent.teacher_engine.model is agent.reference
