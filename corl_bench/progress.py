@@ -46,7 +46,8 @@ class RunProgress:
             decile = int(10 * t.completed / t.total) if t.total else 10
             if decile > self._logged.get(task, -1):
                 self._logged[task] = decile
-                eta = f", eta {t.time_remaining:.0f} s" if t.time_remaining is not None and t.completed < t.total else ""
+                left = t.time_remaining
+                eta = f", eta {left:.0f} s" if left is not None and t.completed < t.total else ""
                 self.console.log(f"{t.description}: {int(t.completed)}/{int(t.total or 0)} "
                                  f"({t.elapsed or 0:.0f} s{eta}) {t.fields.get('status', '')}".rstrip())
 
@@ -70,6 +71,11 @@ class RunProgress:
 
 def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}"
+
+
+def _raw(x: float | None) -> str:
+    """Rewards are not percentages (RENT's is a negative entropy, Intuitor's a KL in nats)."""
+    return "—" if x is None else f"{x:.3f}"
 
 
 def _arrow(before: float | None, after: float | None) -> str:
@@ -102,10 +108,11 @@ def summary_table(console: Console | None, info: dict, scores: dict, history: li
                           _arrow(b.avg_k if b else None, s.avg_k), _arrow(b.maj_k if b else None, s.maj_k),
                           _fmt(_tail_mean(history, agent, "label/accuracy")),
                           _fmt(_tail_mean(history, agent, "peer/agreement")),
-                          _fmt(_tail_mean(history, agent, "reward/mean")))
+                          _raw(_tail_mean(history, agent, "reward/mean")))
     print_wide(console, table)
     timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in info.get("timings", {}).items())
     console.print(f"time per phase: {timings}")
-    console.print("diagnostics: mean over the last 20 % of steps; scores in %, recomputed from "
+    console.print("diagnostics: mean over the last 20 % of steps (reward in its own units); "
+                  "scores in %, recomputed from "
                   "eval/<phase>/<agent>/*.jsonl")
     return table
