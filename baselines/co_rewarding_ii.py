@@ -60,6 +60,5 @@ class CoRewardingII(Method):
             labels = [plurality_vote(ans).label for ans in batch.teacher_rollouts[name].answers]
             rewards = [[1.0 if (lb is not None and a == lb) else 0.0 for a in ans[:k]]
                        for ans, lb in zip(ro.answers, labels)]
-            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels,
-                                     own_votes=[plurality_vote(a).label for a in ro.answers])
+            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels)
         return out

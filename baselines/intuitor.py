@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from corl_bench.method import AgentRewards, Method, RewardInput
 from corl_bench.registries import METHODS
-from corl_bench.verifier import plurality_vote
 
 
 @METHODS.register("intuitor")
@@ -30,5 +29,5 @@ class Intuitor(Method):
         out = {}
         for name, ro in batch.rollouts.items():
             rewards = [list(row) for row in batch.stats[name].self_certainty]
-            out[name] = AgentRewards(rewards=rewards, own_votes=[plurality_vote(a).label for a in ro.answers])
+            out[name] = AgentRewards(rewards=rewards)
         return out

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from corl_bench.method import AgentRewards, Method, RewardInput
 from corl_bench.registries import METHODS
-from corl_bench.verifier import plurality_vote
 
 
 @dataclass(frozen=True)
@@ -42,5 +41,5 @@ class RandomReward(Method):
         for name, ro in batch.rollouts.items():
             rng = random.Random(f"{self.options.seed}/{batch.step}/{name}")
             rewards = [[1.0 if rng.random() < self.options.p else 0.0 for _ in range(k)] for _ in ro.answers]
-            out[name] = AgentRewards(rewards=rewards, own_votes=[plurality_vote(a).label for a in ro.answers])
+            out[name] = AgentRewards(rewards=rewards)
         return out

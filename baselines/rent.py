@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from corl_bench.method import AgentRewards, Method, RewardInput
 from corl_bench.registries import METHODS
-from corl_bench.verifier import has_boxed, plurality_vote
+from corl_bench.verifier import has_boxed
 
 
 @dataclass(frozen=True)
@@ -43,5 +43,5 @@ class RENT(Method):
             ent = batch.stats[name].entropy
             rewards = [[-(penalty if (penalty is not None and not has_boxed(text)) else h)
                         for h, text in zip(ent[i], ro.completions[i][:k])] for i in range(len(ent))]
-            out[name] = AgentRewards(rewards=rewards, own_votes=[plurality_vote(a).label for a in ro.answers])
+            out[name] = AgentRewards(rewards=rewards)
         return out

@@ -57,5 +57,5 @@ class TTRL(Method):
             labels = [plurality_vote(ans).label for ans in ro.answers]  # vote over all generated samples
             rewards = [[1.0 if (lb is not None and a is not None and is_equivalent(a, lb)) else 0.0 for a in ans[:k]]
                        for ans, lb in zip(ro.answers, labels)]
-            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels, own_votes=labels)
+            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels)
         return out

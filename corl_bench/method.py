@@ -64,7 +64,6 @@ class AgentRewards:
 
     rewards: list[list[float]]  # [P][K]
     pseudo_labels: list[str | None] | None = None  # [P] the label rewards were checked against (None = unlabeled)
-    own_votes: list[str | None] | None = None  # [P] this agent's own plurality answer, when the method computed it
     metrics: dict[str, float] = field(default_factory=dict)  # method-specific scalars, logged as method/<key>
 
 

@@ -38,6 +38,13 @@ def rollout_seed(run_seed: int, seed_offset: int, step: int) -> int:
     return (run_seed * 1_000_003 + seed_offset * 7_919 + step * 104_729 + 17) % (2**31)
 
 
+def _rollouts(agent: str, rows: list[list[Any]]) -> AgentRollouts:
+    """Completions [P][N] -> what a method sees: extracted answers (once, by the shared verifier), texts, finished."""
+    return AgentRollouts(agent=agent, answers=[[extract_normalized(c.text) for c in row] for row in rows],
+                         completions=[[c.text for c in row] for row in rows],
+                         finished=[[c.finished for c in row] for row in rows])
+
+
 @dataclass
 class StepResult:
     step: int
@@ -73,11 +80,7 @@ class Trainer:
                                     max_new_tokens=cfg.rollout.max_new_tokens,
                                     seed=rollout_seed(cfg.run.seed, a.spec.seed_offset, step))
             comps[a.name] = a.generate(prompts[a.name], params)
-            rollouts[a.name] = AgentRollouts(
-                agent=a.name,
-                answers=[[extract_normalized(c.text) for c in row] for row in comps[a.name]],
-                completions=[[c.text for c in row] for row in comps[a.name]],
-                finished=[[c.finished for c in row] for row in comps[a.name]])
+            rollouts[a.name] = _rollouts(a.name, comps[a.name])
         teacher_rollouts = None
         if self.method.teacher:  # the EMA teacher samples its own K completions (a separate seed stream)
             teacher_rollouts = {}
@@ -85,11 +88,7 @@ class Trainer:
                 params = SamplingParams(n=k, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                         max_new_tokens=cfg.rollout.max_new_tokens,
                                         seed=rollout_seed(cfg.run.seed, a.spec.seed_offset + 1_000, step))
-                rows = a.generate(prompts[a.name], params, teacher=True)
-                teacher_rollouts[a.name] = AgentRollouts(
-                    agent=a.name, answers=[[extract_normalized(c.text) for c in row] for row in rows],
-                    completions=[[c.text for c in row] for row in rows],
-                    finished=[[c.finished for c in row] for row in rows])
+                teacher_rollouts[a.name] = _rollouts(a.name, a.generate(prompts[a.name], params, teacher=True))
         timer["rollout"] = time.perf_counter() - t0
 
         # 2. one training-side forward pass per agent (log-probs with grad, entropy, self-certainty)

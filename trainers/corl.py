@@ -74,6 +74,6 @@ class CoRL(Method):
             labels = [self._label([votes[p][i] for p in peers]) for i in range(len(batch.problem_ids))]
             rewards = [[1.0 if (label is not None and a is not None and is_equivalent(a, label)) else 0.0
                         for a in ro.answers[i][:k]] for i, label in enumerate(labels)]
-            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels, own_votes=votes[name],
-                                     metrics={"unlabeled_fraction": sum(lb is None for lb in labels) / max(1, len(labels))})
+            unlabeled = sum(lb is None for lb in labels) / max(1, len(labels))
+            out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels, metrics={"unlabeled_fraction": unlabeled})
         return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from corl_bench.method import AgentRewards, Method, RewardInput
 from corl_bench.registries import METHODS
-from corl_bench.verifier import is_equivalent, plurality_vote
+from corl_bench.verifier import is_equivalent
 
 
 @METHODS.register("gt-reward", aliases=("gt", "grpo"))
@@ -29,6 +29,5 @@ class GTReward(Method):
         for name, ro in batch.rollouts.items():
             rewards = [[1.0 if (a is not None and is_equivalent(a, gold)) else 0.0 for a in ans[:k]]
                        for ans, gold in zip(ro.answers, batch.labels)]
-            out[name] = AgentRewards(rewards=rewards, pseudo_labels=list(batch.labels),
-                                     own_votes=[plurality_vote(a).label for a in ro.answers])
+            out[name] = AgentRewards(rewards=rewards, pseudo_labels=list(batch.labels))
         return out
