@@ -44,6 +44,21 @@ class PolicyForward:
     ref_logp: torch.Tensor | None = None  # (N, T) under the frozen reference, when grpo.kl_coef > 0
 
 
+def concat_forwards(a: PolicyForward, b: PolicyForward) -> PolicyForward:
+    """Stack two forward passes of one agent along the batch: (N1, T1) + (N2, T2) -> (N1+N2, max T), padding masked."""
+    width = max(a.logp.shape[1], b.logp.shape[1])
+
+    def pad(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else torch.nn.functional.pad(x, (0, width - x.shape[1]))
+
+    ref = None
+    if a.ref_logp is not None and b.ref_logp is not None:
+        ref = torch.cat([pad(a.ref_logp), pad(b.ref_logp)])
+    return PolicyForward(logp=torch.cat([pad(a.logp), pad(b.logp)]), mask=torch.cat([pad(a.mask), pad(b.mask)]),
+                         entropy=torch.cat([a.entropy, b.entropy]),
+                         self_certainty=torch.cat([a.self_certainty, b.self_certainty]), ref_logp=ref)
+
+
 class Agent:
     def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
                  backend: str = "hf", temperature: float = 1.0, teacher: bool = False) -> None:

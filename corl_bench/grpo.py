@@ -64,6 +64,32 @@ def group_advantages(
     return torch.where(constant, torch.zeros_like(adv), adv)
 
 
+def whitened_advantages(rewards: Tensor, lengths: Tensor, eps: float = 1e-8) -> Tensor:
+    """REINFORCE++ outcome advantages with global token-weighted whitening (OpenRLHF/MARTI ``reinforce``).
+
+    rewards: (N,) one scalar per sequence, placed on its last token; lengths: (N,) response token counts.
+    Returns advantages: (N,), one value per sequence (broadcast over its tokens).
+
+    With gamma = 1 and no KL penalty in the reward, every token's return is the sequence reward, so the
+    per-token advantages are ``(r_i - mu) / sqrt(var + eps)`` where ``mu`` and the (population) ``var`` run over
+    all response tokens of the batch: sequences weigh by their length. No groups, so no per-prompt baseline.
+    Sequences of length 0 carry no tokens and do not count. A batch of equal rewards gets exactly 0.
+    """
+    if rewards.dim() != 1 or lengths.shape != rewards.shape:
+        raise ValueError(f"rewards and lengths must both be (N,), got {tuple(rewards.shape)} and {tuple(lengths.shape)}")
+    r = rewards.float()
+    w = lengths.float()
+    total = w.sum()
+    if total <= 0:
+        return torch.zeros_like(r)
+    mean = (r * w).sum() / total
+    var = (((r - mean) ** 2) * w).sum() / total
+    counted = r[w > 0]
+    if counted.numel() == 0 or bool((counted == counted[0]).all()):
+        return torch.zeros_like(r)
+    return (r - mean) * torch.rsqrt(var.clamp(min=eps))
+
+
 def zero_std_fraction(rewards: Tensor, tol: float = 0.0) -> float:
     """Fraction of groups whose rewards are all equal (zero advantage, no signal).
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from corl_bench.config import AgentSpec, ConfigError
 
@@ -56,6 +56,29 @@ class RewardInput:
     labels: list[str] | None = None  # hidden truth; only for methods with uses_labels = True
     stats: dict[str, SequenceStats] | None = None  # agent -> policy statistics of its trained rollouts
     teacher_rollouts: dict[str, AgentRollouts] | None = None  # agent -> rollouts of its EMA teacher (if any)
+    prompts: dict[str, list[str]] | None = None  # agent -> [P] the rendered prompts the rollouts answer
+    generate: "Generate | None" = None  # extra generations through the rollout engine (interactive methods)
+
+
+Generate = Callable[..., list[Any]]
+"""``generate(agent, prompts, role, max_new_tokens=None) -> [Completion]``: one sampled completion per prompt from
+``agent``'s current policy, through the same rollout engine and sampling settings as the main rollouts, with a seed
+derived from (run seed, agent, step, role) — so extra generations are reproducible and never reuse the rollout seed.
+"""
+
+
+@dataclass(frozen=True)
+class ExtraSample:
+    """A training sample a method generated beyond the main rollouts (CoMAS: critiques and scores).
+
+    The agent that generated it trains on it: ``prompt`` + ``completion`` enter the same forward pass and policy
+    step as its main rollouts, with the advantage the method's :meth:`Method.advantages` gives it.
+    """
+
+    prompt: str
+    completion: Any  # corl_bench.rollout.Completion
+    reward: float
+    role: str
 
 
 @dataclass
@@ -65,6 +88,7 @@ class AgentRewards:
     rewards: list[list[float]]  # [P][K]
     pseudo_labels: list[str | None] | None = None  # [P] the label rewards were checked against (None = unlabeled)
     metrics: dict[str, float] = field(default_factory=dict)  # method-specific scalars, logged as method/<key>
+    extra: list[ExtraSample] = field(default_factory=list)  # more samples to train on (needs an advantages override)
 
 
 @dataclass(frozen=True)
@@ -107,7 +131,8 @@ class Method:
         n = len(agents)
         if n < cls.min_agents:
             raise ConfigError(f"method {cls.name!r} needs at least {cls.min_agents} agents but cohort {cohort!r} has "
-                              f"{n}; pick a multi-agent cohort such as cross-family")
+                              f"{n}; pick a cohort with more agents, such as "
+                              f"{'three-agent' if cls.min_agents > 2 else 'cross-family'}")
         if cls.max_agents is not None and n > cls.max_agents:
             raise ConfigError(f"method {cls.name!r} trains at most {cls.max_agents} agent(s) but cohort {cohort!r} "
                               f"has {n}; use --cohort single")
@@ -124,8 +149,15 @@ class Method:
     def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
         raise NotImplementedError(f"{type(self).__name__} must implement rewards()")
 
-    def advantages(self, batch: RewardInput, rewards: dict[str, AgentRewards]) -> dict[str, Any] | None:
-        """Optional override of the GRPO group advantages: agent -> (P, K) tensor. None = the shared GRPO core."""
+    def advantages(self, batch: RewardInput, rewards: dict[str, AgentRewards],
+                   lengths: dict[str, list[int]]) -> dict[str, Any] | None:
+        """Optional override of the GRPO group advantages. None = the shared GRPO core.
+
+        ``lengths[agent]`` holds the response token counts of everything the agent trains on, in training order:
+        the P*K main rollouts row-major, then ``rewards[agent].extra``. Return agent -> a 1-D sequence of one
+        advantage per trained sample in that order (it is broadcast over the sample's tokens). A method that
+        returns ``extra`` samples must override this.
+        """
         return None
 
     def teacher_alpha(self, step: int, total_steps: int) -> float:

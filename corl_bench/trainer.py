@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -22,10 +23,10 @@ from typing import Any, Iterator
 import torch
 
 from corl_bench import grpo
-from corl_bench.agent import Agent
+from corl_bench.agent import Agent, concat_forwards
 from corl_bench.config import Config
 from corl_bench.diagnostics import agent_diagnostics
-from corl_bench.method import AgentRollouts, Method, RewardInput, SequenceStats
+from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.results import append_jsonl
 from corl_bench.rollout import SamplingParams
 from corl_bench.verifier import extract_normalized, plurality_vote
@@ -105,11 +106,23 @@ class Trainer:
         t0 = time.perf_counter()
         batch = RewardInput(step=step, problem_ids=[p.id for p in problems], rollouts=rollouts,
                             samples_per_prompt=k, labels=truth if self.method.uses_labels else None, stats=stats,
-                            teacher_rollouts=teacher_rollouts)
+                            teacher_rollouts=teacher_rollouts, prompts=prompts, generate=self._generator(step))
         rewards = self.method.rewards(batch)
-        override = self.method.advantages(batch, rewards)
         votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in rollouts.items()}
         timer["reward"] = time.perf_counter() - t0
+
+        # 3b. samples a method generated on top (CoMAS critiques and scores) join their author's forward pass
+        t0 = time.perf_counter()
+        lengths = {}
+        for a in self.agents:
+            extra = rewards[a.name].extra
+            if extra:
+                fx = a.forward([e.prompt for e in extra], [e.completion for e in extra])
+                forwards[a.name] = concat_forwards(forwards[a.name], fx)
+            lengths[a.name] = [len(c.token_ids) for c in train_comps[a.name]] + [len(e.completion.token_ids)
+                                                                                  for e in extra]
+        override = self.method.advantages(batch, rewards, lengths)
+        timer["forward"] += time.perf_counter() - t0
 
         # 4. advantages and one update per agent
         t0 = time.perf_counter()
@@ -117,10 +130,16 @@ class Trainer:
         for a in self.agents:
             r = torch.tensor(rewards[a.name].rewards, dtype=torch.float32)  # (P, K)
             if override is not None and a.name in override:
-                adv = torch.as_tensor(override[a.name], dtype=torch.float32)
+                adv = torch.as_tensor(override[a.name], dtype=torch.float32).reshape(-1)
+                if adv.numel() != len(lengths[a.name]):
+                    raise RuntimeError(f"{type(self.method).__name__}.advantages gave {adv.numel()} advantages for "
+                                       f"agent {a.name}, which trains on {len(lengths[a.name])} samples")
+            elif rewards[a.name].extra:
+                raise RuntimeError(f"{type(self.method).__name__} returned extra samples for agent {a.name} but no "
+                                   "advantages for them; override Method.advantages")
             else:
-                adv = grpo.group_advantages(r, scale_std=cfg.grpo.scale_std, eps=cfg.grpo.adv_eps)
-            upd = a.step(forwards.pop(a.name), adv.reshape(-1), max_len=cfg.rollout.max_new_tokens)
+                adv = grpo.group_advantages(r, scale_std=cfg.grpo.scale_std, eps=cfg.grpo.adv_eps).reshape(-1)
+            upd = a.step(forwards.pop(a.name), adv, max_len=cfg.rollout.max_new_tokens)
             if self.method.teacher:
                 a.ema_update(self.method.teacher_alpha(step, cfg.run.steps))
             result.metrics[a.name] = agent_diagnostics(
@@ -135,6 +154,21 @@ class Trainer:
         if every and (step % every == 0 or step == cfg.run.steps - 1):
             result.samples = self._samples(step, problems, prompts, comps, rollouts, rewards, truth)
         return result
+
+    def _generator(self, step: int) -> Generate:
+        """Extra generations for interactive methods: same engine and sampling settings, a seed per (agent, role)."""
+        by_name = {a.name: a for a in self.agents}
+        cfg = self.cfg.rollout
+
+        def generate(agent: str, prompts: list[str], role: str, max_new_tokens: int | None = None) -> list[Any]:
+            a = by_name[agent]
+            salt = 2_000 + zlib.crc32(role.encode()) % 100_000
+            params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_new_tokens=max_new_tokens or cfg.max_new_tokens,
+                                    seed=rollout_seed(self.cfg.run.seed, a.spec.seed_offset + salt, step))
+            return [row[0] for row in a.generate(prompts, params)] if prompts else []
+
+        return generate
 
     def _samples(self, step, problems, prompts, comps, rollouts, rewards, truth) -> list[dict[str, Any]]:
         rows = []

@@ -146,7 +146,7 @@ def test_run_with_method_cohort_mismatch_exits_2_and_writes_nothing(cli: dict[st
     res = cli["run-corl-single"]
     assert res.returncode == 2, res.stderr
     line = _error_line(res)
-    assert "'corl'" in line and "multi-agent cohort" in line
+    assert "'corl'" in line and "cohort with more agents, such as cross-family" in line
     _assert_wrote_nothing(res)
 
 

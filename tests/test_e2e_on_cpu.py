@@ -24,7 +24,7 @@ STEPS = 3
 def e2e_run(tmp_path_factory):
     from corl_bench.runner import run
 
-    for name in ("qwen2-bpe", "neox-bpe"):
+    for name in ("qwen2-bpe", "neox-bpe", "llama-bpe"):
         fam = tiny_family(name, warmstart_steps=4, warmstart_batch=16)
         if fam.name not in FAMILIES:
             FAMILIES.register(fam.name, fam)
@@ -109,16 +109,21 @@ def test_warm_start_is_deterministic(e2e_run, tmp_path):
     assert (first / "tokenizer.json").read_text() == (second / "tokenizer.json").read_text()
 
 
-@pytest.mark.parametrize("method", ["ttrl", "gt-reward", "rent", "intuitor", "random-reward", "co-rewarding-ii", "corl"])
+def _registered_methods() -> list[str]:
+    from corl_bench.registries import METHODS
+    return METHODS.names()
+
+
+@pytest.mark.parametrize("method", _registered_methods())
 def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_run, method):
     from corl_bench.registries import METHODS
     from corl_bench.runner import run
     from corl_bench.table import collect
 
     root, _, _ = e2e_run
-    n_agents = 2 if METHODS.get(method).min_agents > 1 else 1
-    agents = "[{name: a0, family: tiny-qwen2-bpe}" + (", {name: a1, family: tiny-neox-bpe, seed_offset: 1}]"
-                                                      if n_agents == 2 else "]")
+    n_agents = METHODS.get(method).min_agents
+    families = ["tiny-qwen2-bpe", "tiny-neox-bpe", "tiny-llama-bpe"][:n_agents]
+    agents = "[" + ", ".join(f"{{name: a{i}, family: {f}, seed_offset: {i}}}" for i, f in enumerate(families)) + "]"
     out = root / f"methods-{method}"
     cfg = load_config(None, [
         f"method.name={method}", "cohort.name=tiny", f"cohort.agents={agents}", "run.steps=2",

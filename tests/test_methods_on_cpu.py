@@ -202,3 +202,149 @@ def test_co_rewarding_ii_alpha_is_cosine_annealed_from_start_to_end():
 def test_co_rewarding_ii_refuses_to_run_without_teacher_rollouts():
     with pytest.raises(RuntimeError, match="teacher rollouts"):
         make("co-rewarding-ii", 1).rewards(batch({"a0": [["1"]]}, k=1))
+
+
+# ----------------------------------------------------------------------------------------------- CoMAS
+import torch  # noqa: E402
+
+from corl_bench.grpo import whitened_advantages  # noqa: E402
+from corl_bench.rollout import Completion  # noqa: E402
+
+
+
+def comp(text: str, n_tokens: int = 2) -> Completion:
+    return Completion(tuple(range(n_tokens)), (), text, True)
+
+
+class ScriptedJudges:
+    """Test double of RewardInput.generate: critiques echo the agent; scores come from a script keyed by agent."""
+
+    def __init__(self, scores: dict[str, str]) -> None:
+        self.scores = scores
+        self.calls: list[tuple[str, str, int]] = []  # (agent, role, n prompts)
+        self.prompts: dict[str, list[str]] = {}
+
+    def __call__(self, agent, prompts, role, max_new_tokens=None):
+        self.calls.append((agent, role, len(prompts)))
+        self.prompts.setdefault(role, []).extend(prompts)
+        if role.startswith("scorer"):
+            return [comp(self.scores[agent], 1) for _ in prompts]
+        return [comp(f"critique by {agent}", 3) for _ in prompts]
+
+
+def comas_batch(k: int, judges: ScriptedJudges, n_prompts: int = 2) -> RewardInput:
+    rollouts = {n: AgentRollouts(agent=n, answers=[["1"] * k] * n_prompts,
+                                 completions=[[f"{n} sol p{p} s{j}" for j in range(k)] for p in range(n_prompts)],
+                                 finished=[[True] * k] * n_prompts) for n in ("a0", "a1")}
+    return RewardInput(step=5, problem_ids=[f"p{i}" for i in range(n_prompts)], rollouts=rollouts,
+                       samples_per_prompt=k, prompts={n: [f"problem {p}" for p in range(n_prompts)]
+                                                      for n in ("a0", "a1")}, generate=judges)
+
+
+@pytest.mark.parametrize("text, strict, fork", [
+    ("<score>3</score>", 3, 3), ("reasons... < score > 1 </score>", 1, 1), ("<score>7</score>", 3, 3),
+    ("<score>0</score>", 1, 1), ("it is 2 maybe", None, 2), ("40+9=49;\\boxed{49}", None, 2),
+    ("1 then 3", None, 3), ("", None, 2)])
+def test_comas_score_parsing_strict_and_fork(text, strict, fork):
+    from corl_bench.baselines.comas import parse_score
+    assert parse_score(text, "strict") == strict
+    assert parse_score(text, "fork") == fork
+
+
+def test_comas_role_rewards_follow_the_reference_table():
+    from corl_bench.baselines.comas import role_rewards
+    assert role_rewards(3) == (1.0, 0.0, 0.0)
+    assert role_rewards(2) == (0.5, 0.5, 0.0)
+    assert role_rewards(1) == (0.0, 1.0, 0.0)
+    assert role_rewards(None) == (0.0, 0.0, -1.0)
+
+
+def test_comas_every_agent_critiques_and_scores_equally_often_and_rewards_follow_the_scorer():
+    # a0 always scores 3, a1 always scores 1: a solution's reward tells who scored it
+    judges = ScriptedJudges({"a0": "<score>3</score>", "a1": "<score>1</score>"})
+    m = make("comas", 2)
+    out = m.rewards(comas_batch(k=4, judges=judges))
+    roles = {(a, r): n for a, r, n in judges.calls}
+    assert roles[("a0", "evaluator-r0")] == roles[("a1", "evaluator-r0")] == 8  # 16 discussions, balanced
+    assert roles[("a0", "scorer-r0")] == roles[("a1", "scorer-r0")] == 8
+    for a in ("a0", "a1"):
+        ev = [e for e in out[a].extra if e.role == "evaluator"]
+        sc = [e for e in out[a].extra if e.role == "scorer"]
+        assert len(ev) == len(sc) == 8
+        assert all(e.completion.text == f"critique by {a}" for e in ev)
+        assert all(e.reward == 0.0 for e in sc)  # every score parsed
+        assert sorted({r for row in out[a].rewards for r in row}) <= [0.0, 1.0]
+        assert all(e.reward in (0.0, 1.0) for e in ev)
+    # zero-sum: over all discussions, solver + evaluator reward = 1; scores of 3 are as frequent as a0's scorings
+    solver = [r for a in ("a0", "a1") for row in out[a].rewards for r in row]
+    evaluator = [e.reward for a in ("a0", "a1") for e in out[a].extra if e.role == "evaluator"]
+    assert sum(solver) + sum(evaluator) == 16 and sum(solver) == 8
+    assert out["a0"].metrics["mean_score"] == 2.0 and out["a0"].metrics["unparsable_score_fraction"] == 0.0
+    # the critique prompt holds the problem and the solution it critiques; the score prompt adds the critique
+    assert any("problem 1" in p and "a1 sol p1 s3" in p for p in judges.prompts["evaluator-r0"])
+    assert all("Evaluation: critique by" in p for p in judges.prompts["scorer-r0"])
+
+
+def test_comas_unparsable_score_gives_scorer_minus_one_and_zero_to_solver_and_evaluator():
+    judges = ScriptedJudges({"a0": "no idea", "a1": "no idea"})
+    out = make("comas", 2).rewards(comas_batch(k=2, judges=judges))
+    for a in ("a0", "a1"):
+        assert out[a].rewards == [[0.0, 0.0], [0.0, 0.0]]
+        assert {e.reward for e in out[a].extra if e.role == "scorer"} == {-1.0}
+        assert {e.reward for e in out[a].extra if e.role == "evaluator"} == {0.0}
+    assert out["a0"].metrics["unparsable_score_fraction"] == 1.0
+    fork = make("comas", 2, score_parser="fork").rewards(comas_batch(k=2, judges=judges))
+    assert fork["a0"].rewards == [[0.5, 0.5], [0.5, 0.5]]  # the fork's fallback: 2
+
+
+def test_comas_second_round_solvers_see_references_and_train_on_their_new_solutions():
+    judges = ScriptedJudges({"a0": "<score>2</score>", "a1": "<score>2</score>"})
+    out = make("comas", 2, rounds=2, references=1).rewards(comas_batch(k=1, judges=judges, n_prompts=1))
+    assert ("a0", "solver-r1", 1) in judges.calls and ("a1", "solver-r1", 1) in judges.calls
+    prompt = judges.prompts["solver-r1"][0]
+    assert prompt.count("Solution: ") == 1 and "Evaluation: critique by" in prompt and "problem 0" in prompt
+    solver_extra = [e for a in ("a0", "a1") for e in out[a].extra if e.role == "solver"]
+    assert len(solver_extra) == 2 and all(e.reward == 0.5 for e in solver_extra)
+
+
+def test_whitened_advantages_are_token_weighted_by_hand():
+    # rewards 1, 0 with lengths 3, 1: mean = 3/4, var = (3*(1/4)^2 + 1*(3/4)^2)/4 = 3/16
+    adv = whitened_advantages(torch.tensor([1.0, 0.0]), torch.tensor([3, 1]))
+    s = (3 / 16) ** 0.5
+    assert adv.tolist() == pytest.approx([0.25 / s, -0.75 / s])
+    assert (adv * torch.tensor([3.0, 1.0])).sum().item() == pytest.approx(0.0, abs=1e-6)  # token-weighted mean 0
+    assert whitened_advantages(torch.tensor([0.5, 0.5, 0.5]), torch.tensor([1, 2, 3])).tolist() == [0.0, 0.0, 0.0]
+    assert whitened_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0])).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="must both be"):
+        whitened_advantages(torch.tensor([[1.0]]), torch.tensor([1]))
+
+
+def test_comas_advantages_whiten_all_of_an_agents_samples_together():
+    judges = ScriptedJudges({"a0": "<score>3</score>", "a1": "nothing"})
+    m = make("comas", 2)
+    b = comas_batch(k=2, judges=judges, n_prompts=1)
+    out = m.rewards(b)
+    lengths = {a: [2] * 2 + [len(e.completion.token_ids) for e in out[a].extra] for a in out}
+    adv = m.advantages(b, out, lengths)
+    for a in out:
+        flat = [x for row in out[a].rewards for x in row] + [e.reward for e in out[a].extra]
+        assert adv[a].shape == (len(flat),)
+        assert torch.allclose(adv[a], whitened_advantages(torch.tensor(flat), torch.tensor(lengths[a])))
+
+
+def test_comas_rejects_a_single_agent_cohort_and_needs_the_generate_hook():
+    with pytest.raises(ConfigError, match="at least 2 agents"):
+        METHODS.get("comas").check_cohort(agents(1), "single")
+    b = comas_batch(k=1, judges=ScriptedJudges({}))
+    with pytest.raises(RuntimeError, match="generates critiques"):
+        make("comas", 2).rewards(RewardInput(step=0, problem_ids=b.problem_ids, rollouts=b.rollouts,
+                                             samples_per_prompt=1))
+
+
+def test_corl_peer_majority_is_registered_as_its_own_method_for_three_agents():
+    cls = METHODS.get("corl-peer-majority")
+    with pytest.raises(ConfigError, match="at least 3 agents.*three-agent"):
+        cls.check_cohort(agents(2), "cross-family")
+    m = make("corl-peer-majority", 3)
+    out = m.rewards(batch({"a0": [["7"]], "a1": [["7"]], "a2": [["8"]]}, k=1))
+    assert out["a2"].pseudo_labels == ["7"] and out["a0"].pseudo_labels == [None]  # 7 vs 8: tie, unlabeled

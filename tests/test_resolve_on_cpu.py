@@ -50,7 +50,7 @@ def test_resolve_rejects_corl_with_a_single_agent_cohort() -> None:
     _assert_one_line(msg)
     assert "'corl'" in msg
     assert "single" in msg
-    assert "multi-agent cohort" in msg
+    assert "cohort with more agents, such as cross-family" in msg
 
 
 @pytest.mark.parametrize("method", ["ttrl", "gt-reward"])

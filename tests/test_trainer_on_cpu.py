@@ -268,3 +268,52 @@ def test_agent_ema_update_moves_the_teacher_toward_the_policy(tiny_qwen):
     for t, b, p in zip(agent.reference.parameters(), before, agent.model.parameters()):
         assert torch.allclose(t, 0.25 * p + 0.75 * b, atol=1e-6)
     assert agent.teacher_engine is not None and agent.teacher_engine.model is agent.reference
+
+
+def test_comas_extra_generations_join_the_authors_forward_pass_and_update(tiny_qwen):
+    model, tok = tiny_qwen
+    cfg = load_config(None, [])
+    agents = [Agent(AgentSpec(name=f"a{i}", family="qwen2-bpe", seed_offset=i), copy.deepcopy(model), tok, cfg.grpo)
+              for i in range(2)]
+    steps = {}
+    for a in agents:
+        original = a.step
+
+        def spy(fwd, adv, max_len=None, _a=a, _orig=original):
+            steps[_a.name] = (fwd.logp.shape[0], adv.clone())
+            return _orig(fwd, adv, max_len=max_len)
+
+        a.step = spy
+    trainer, seen = make_trainer(agents, "comas", **{"method.options": "{score_parser: fork, score_max_tokens: 4}"})
+    result = trainer.step(0)
+    batch, out = seen[0]
+    for a in agents:
+        n_main, n_extra = 4 * 4, len(out[a.name].extra)
+        assert n_extra == 2 * 16  # 32 discussions: each agent critiques 16 and scores 16
+        n_rows, adv = steps[a.name]
+        assert n_rows == n_main + n_extra and adv.shape == (n_main + n_extra,)
+        assert result.metrics[a.name]["method/extra_samples"] == n_extra
+    # the extra generations are the agents' own (policy) samples with a per-role seed: rerunning reproduces them
+    trainer2, seen2 = make_trainer([Agent(AgentSpec(name=f"a{i}", family="qwen2-bpe", seed_offset=i),
+                                          copy.deepcopy(model), tok, cfg.grpo) for i in range(2)], "comas",
+                                   **{"method.options": "{score_parser: fork, score_max_tokens: 4}"})
+    trainer2.step(0)
+    assert [e.completion.text for e in seen2[0][1]["a0"].extra] == [e.completion.text for e in out["a0"].extra]
+
+
+def test_method_with_extra_samples_but_no_advantages_is_refused(tiny_qwen):
+    from corl_bench.method import ExtraSample
+
+    class Extra(METHODS.get("corl")):
+        def rewards(self, batch):
+            out = super().rewards(batch)
+            out["a0"].extra.append(ExtraSample("p", Completion((5,), (), "x", True), 1.0, "x"))
+            return out
+
+    model, tok = tiny_qwen
+    cfg = load_config(None, [])
+    real = Agent(AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, cfg.grpo)
+    trainer, _ = make_trainer([real, PlantedAgent("a1", ["1"])], "corl")
+    trainer.method = Extra(trainer.method.options, trainer.method.agents)
+    with pytest.raises(RuntimeError, match="no advantages for them; override Method.advantages"):
+        trainer.step(0)

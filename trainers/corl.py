@@ -11,7 +11,8 @@ A rollout of mine with no answer gets 0. Advantages are group-normalised per age
 Deviation: equivalence is ``math-verify`` (the project's one verifier) instead of the release's prm800k/sympy
 grader; on the micro profile's integer answers the two agree.
 Option ``supervision: peer-majority`` (a control, not the paper) labels agent n with the strict majority of all
-its peers' votes (ties unlabeled), the rule of the release's unused ``_peer_majority_vote`` helper.
+its peers' votes (ties unlabeled), the rule of the release's unused ``_peer_majority_vote`` helper; it is also
+registered as its own method, ``corl-peer-majority`` (three or more agents), so it gets its own rows in tables.
 """
 
 from __future__ import annotations
@@ -77,3 +78,20 @@ class CoRL(Method):
             unlabeled = sum(lb is None for lb in labels) / max(1, len(labels))
             out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels, metrics={"unlabeled_fraction": unlabeled})
         return out
+
+
+@dataclass(frozen=True)
+class CoRLPeerMajorityOptions(CoRLOptions):
+    supervision: str = "peer-majority"
+    """peer-majority (this control's rule) | ring (then it is plain Co-RL)"""
+
+
+@METHODS.register("corl-peer-majority")
+class CoRLPeerMajority(CoRL):
+    """Control: Co-RL where each agent learns from the strict majority of all its peers' votes (ties unlabeled)."""
+
+    name = "corl-peer-majority"
+    min_agents = 3
+    extra_cost = "none (agents exchange answers only)"
+    reference = "control (not in the paper); DrStranded/Co-RL co_label_utils.py _peer_majority_vote (unused there)"
+    Options = CoRLPeerMajorityOptions
