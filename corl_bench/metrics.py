@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -144,12 +144,17 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def score_predictions(rows: Iterable[Mapping[str, Any]]) -> BenchmarkScores:
+RowGrader = Callable[[Mapping[str, Any]], "tuple[Optional[str], bool]"]
+
+
+def score_predictions(rows: Iterable[Mapping[str, Any]], grade_row: RowGrader | None = None) -> BenchmarkScores:
     """Score the predictions rows of one benchmark (one agent, one phase).
 
     Every row needs ``problem_id``, ``decoding`` (``"greedy"`` or ``"sampled"``), ``completion`` and
     ``gold``; ``finished`` is optional (absent counts as finished).  Correctness and the extracted
-    answer are recomputed with :func:`corl_bench.verifier.grade`.  Rows are grouped by
+    answer are recomputed from the completion by ``grade_row`` (default: :func:`corl_bench.verifier.grade`
+    against ``gold``; :func:`corl_bench.evaluator.row_grader` gives a benchmark spec's extractor and grader, and
+    for code the stored execution result).  Rows are grouped by
     ``problem_id``; a problem with several greedy rows scores their mean.  Means are over the
     problems that have rows of the decoding in question.  Raises ValueError on a malformed row.
     """
@@ -171,8 +176,11 @@ def score_predictions(rows: Iterable[Mapping[str, Any]]) -> BenchmarkScores:
         if gold_of.setdefault(pid, gold) != gold:
             logger.warning("problem %s has two gold answers (%r, %r); grading each row with its own",
                            pid, gold_of[pid], gold)
-        completion = row["completion"]
-        extracted, correct = grade("" if completion is None else str(completion), gold)
+        if grade_row is not None:
+            extracted, correct = grade_row(row)
+        else:
+            completion = row["completion"]
+            extracted, correct = grade("" if completion is None else str(completion), gold)
         problems[pid] = None
         n_rows += 1
         n_failed += extracted is None

@@ -147,6 +147,17 @@ def _read_jsonl(path: Path, name: str) -> list[dict[str, Any]]:
     return rows
 
 
+def row_grader_for(benchmark: str) -> Any:
+    """The registered spec's grader for a benchmark's rows; None (the default math grading) if unregistered."""
+    from corl_bench.benchspec import get_spec
+    from corl_bench.evaluator import row_grader
+    from corl_bench.registries import BENCHMARKS
+
+    if benchmark not in BENCHMARKS:
+        return None
+    return row_grader(get_spec(benchmark))
+
+
 def _load_phase(agent_dir: Path, run_dir: Path, rel: str, warnings: list[str]) -> dict[str, BenchmarkScores]:
     """benchmark -> scores for every ``<benchmark>.jsonl`` in ``agent_dir`` ({} if absent)."""
     if not agent_dir.is_dir():
@@ -159,7 +170,7 @@ def _load_phase(agent_dir: Path, run_dir: Path, rel: str, warnings: list[str]) -
             warnings.append(f"{rel}: {name} is empty; ignored")
             continue
         try:
-            out[path.stem] = score_predictions(rows)
+            out[path.stem] = score_predictions(rows, row_grader_for(path.stem))
         except ValueError as exc:
             raise DamagedRun(f"{name}: {exc}") from exc
     return out

@@ -19,6 +19,8 @@ class SamplingParams:
     """sampling seed: same prompts + same seed -> same completions; agents use different seeds"""
     logprobs: bool = True
     """return per-token logprobs of the sampled tokens under softmax(logits / temperature)"""
+    stop: tuple[str, ...] = ()
+    """stop at the first of these strings; the text is cut before it and the completion counts as finished"""
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -50,6 +50,8 @@ class HFEngine:
         kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tok.pad_token_id,
                                       eos_token_id=tok.eos_token_id, return_dict_in_generate=True,
                                       output_logits=params.logprobs)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
         if params.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
@@ -69,6 +71,9 @@ class HFEngine:
             n = ids.index(eos) + 1 if finished else len(ids)
             ids = ids[:n]
             text = tok.decode([t for t in ids if t != eos], skip_special_tokens=True)
+            cut = min((i for i in (text.find(s) for s in params.stop) if i >= 0), default=-1)
+            if cut >= 0:
+                text, finished = text[:cut], True
             lps = tuple(lp[b, :n].tolist()) if lp is not None else ()
             comps.append(Completion(tuple(ids), lps, text, finished))
         return comps

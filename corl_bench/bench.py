@@ -1,0 +1,107 @@
+"""Benchmark items and prompts: rows of a benchmark (any source) -> what a model is asked, and what counts as right.
+
+``build_items(spec, rows)`` turns rows into :class:`Item`\\ s:
+
+* math — ``problem`` / ``answer`` (GSM8K, MATH-500, AMC, AIME, Minerva, OlympiadBench);
+* mcq — GPQA: the question followed by lettered options ``(A) ...``; gold = the letter. The options are the Co-RL
+  order (``corl_choices`` / ``corl_answer_letter``: ``random.Random(row_index).shuffle``) when present, else
+  ``choices`` (+ ``answer`` letter) as given;
+* code — HumanEval (``prompt``, ``test``, ``entry_point``), MBPP (``text``, ``code``, ``test_list``,
+  ``test_setup_code``) and LiveCodeBench (``question_content``, ``starter_code``, decoded tests); the tests live in
+  ``Item.meta`` and are run by :mod:`corl_bench.codeexec`.
+
+``render(spec, item, tokenizer)`` fills the spec's template; with ``chat_template: true`` and a tokenizer that has
+one, the filled template becomes one user turn (after ``system`` if given) rendered with
+``apply_chat_template(..., add_generation_prompt=True)`` — the same text the lm-eval bridge produces.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from corl_bench.benchspec import BenchmarkSpec
+from corl_bench.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    problem: str
+    """what ``{problem}`` in the spec's prompt renders to"""
+    gold: str
+    """the answer (math), the letter (mcq), or "" (code: the tests decide)"""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str):
+        try:
+            return list(ast.literal_eval(value))
+        except (ValueError, SyntaxError):
+            return list(json.loads(value))
+    raise ConfigError(f"expected a list of options, got {type(value).__name__}")
+
+
+def _mcq(row: Mapping[str, Any]) -> tuple[str, str]:
+    if "corl_choices" in row:
+        choices, gold = _as_list(row["corl_choices"]), str(row["corl_answer_letter"])
+    else:
+        choices, gold = _as_list(row["choices"]), str(row["answer"])
+    question = str(row.get("question") or row["problem"]).strip()
+    letters = "ABCDEFGHIJ"
+    options = "\n".join(f"({letters[i]}) {str(c).strip()}" for i, c in enumerate(choices))
+    return f"{question}\n\n{options}", gold.strip().upper()
+
+
+def _code(row: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    if "entry_point" in row:  # HumanEval
+        return str(row["prompt"]), {"kind": "humaneval", "prompt": row["prompt"], "test": row["test"],
+                                    "entry_point": row["entry_point"]}
+    if "test_list" in row:  # MBPP
+        tests = list(row["test_list"])
+        text = f"{row.get('text') or row.get('prompt')} Your code should pass these tests:\n\n" + "\n".join(tests)
+        return text, {"kind": "mbpp", "tests": tests, "setup": row.get("test_setup_code") or "",
+                      "imports": list(row.get("test_imports") or [])}
+    if "question_content" in row:  # LiveCodeBench
+        starter = row.get("starter_code") or ""
+        text = str(row["question_content"]).strip()
+        if starter:
+            text += f"\n\nUse this starter code:\n```python\n{starter}\n```"
+        return text, {"kind": "livecodebench", "tests": row["tests"], "starter_code": starter,
+                      "func_name": row.get("func_name")}
+    raise ConfigError("a code benchmark row needs HumanEval (entry_point), MBPP (test_list) or LiveCodeBench "
+                      "(question_content) fields")
+
+
+def build_items(spec: BenchmarkSpec, rows: Sequence[Mapping[str, Any]]) -> list[Item]:
+    items = []
+    for i, row in enumerate(rows):
+        rid = str(row.get("id", row.get("task_id", row.get("question_id", i))))
+        try:
+            if spec.task == "math":
+                items.append(Item(rid, str(row["problem"]), str(row["answer"])))
+            elif spec.task == "mcq":
+                problem, gold = _mcq(row)
+                items.append(Item(rid, problem, gold))
+            else:
+                problem, meta = _code(row)
+                items.append(Item(rid, problem, "", meta))
+        except KeyError as e:
+            raise ConfigError(f"benchmark {spec.name}: row {rid} has no field {e.args[0]!r}; check the data file "
+                              "or the spec's source.fields mapping") from None
+    return items
+
+
+def render(spec: BenchmarkSpec, item: Item, tokenizer: Any = None) -> str:
+    """The exact prompt text given to the model for ``item``."""
+    text = spec.prompt.format(problem=item.problem)
+    if spec.chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": spec.system}] if spec.system else []) + \
+                   [{"role": "user", "content": text}]
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return text

@@ -1,0 +1,166 @@
+"""Benchmark specifications: versioned data files (``benchmarks/*.yaml``), parsed and validated here.
+
+A spec names everything that decides a score, so that two results with the same ``name@version`` were produced
+under the same protocol::
+
+    name: math500
+    version: "1"
+    task: math                       # math | mcq | code
+    source:
+      local: math500/test.jsonl      # relative to the data directory (--data-dir / $CORL_BENCH_DATA)
+      hub: {path: HuggingFaceH4/MATH-500, split: test}
+      fields: {id: unique_id, problem: problem, answer: answer}   # hub column -> our field
+    prompt: "{problem}\\nPlease reason step by step, and put your final answer within \\\\boxed{{}}."
+    chat_template: true              # render as one user turn with the model's chat template (if it has one)
+    extractor: boxed                 # see corl_bench.scoring.EXTRACTORS
+    grader: math                     # see corl_bench.scoring.GRADERS
+    decoding: {greedy: false, samples: 1, temperature: 0.6, top_p: 0.95, max_new_tokens: 3072}
+    metrics: [avg@k, pass@k, maj@k]
+
+Every field is checked when a spec is loaded; a bad spec fails with one line naming the file, the field and a fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from corl_bench.config import ConfigError
+
+TASKS = ("math", "mcq", "code")
+METRIC_NAMES = ("greedy", "avg@k", "pass@k", "maj@k")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    greedy: bool = False
+    """also decode greedily once per problem"""
+    samples: int = 1
+    """sampled completions per problem (k of avg@k / pass@k / maj@k)"""
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 3072
+    stop: tuple[str, ...] = ()
+    """generation stops at the first of these strings (the stop string is cut off)"""
+
+
+@dataclass(frozen=True)
+class Source:
+    local: str | None = None
+    """path of a JSONL file (or, for livecodebench, a folder) relative to the data directory"""
+    hub: Mapping[str, Any] | None = None
+    """datasets.load_dataset arguments: path, name, split (+ revision); None = no hub copy known"""
+    fields: Mapping[str, str] = field(default_factory=dict)
+    """hub column -> our field name (local files already use our schema)"""
+    answer_after: str | None = None
+    """hub rows: the answer is the text after the last occurrence of this marker (GSM8K's "####")"""
+    where: Mapping[str, Any] = field(default_factory=dict)
+    """keep rows whose field equals the value (e.g. MBPP's test split by task-id range: {split: test})"""
+    generator: str | None = None
+    """micro profile only: procedurally generated suite"""
+    suite: str | None = None
+    size: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    version: str
+    task: str
+    source: Source
+    prompt: str
+    extractor: str
+    grader: str
+    decoding: Decoding = field(default_factory=Decoding)
+    metrics: tuple[str, ...] = ("avg@k", "pass@k", "maj@k")
+    chat_template: bool = False
+    system: str | None = None
+    fewshot: int = 0
+    profile: str | None = None
+    """``micro`` for the micro profile's generated suites; None for real benchmarks"""
+    notes: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def to_dict(self) -> dict[str, Any]:
+        import dataclasses
+        return dataclasses.asdict(self)
+
+
+def _sub(cls: type, raw: Any, where: str) -> Any:
+    import dataclasses
+
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    valid = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]} is not a field; valid: {', '.join(sorted(valid))}")
+    vals = dict(raw)
+    if "stop" in vals:
+        vals["stop"] = tuple(vals["stop"] or ())
+    return cls(**vals)
+
+
+def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
+    """Validate a spec mapping (as read from YAML); one-line ConfigError naming the origin and the field."""
+    import dataclasses
+
+    from corl_bench.scoring import EXTRACTORS, GRADERS
+
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{origin}: a benchmark spec must be a mapping")
+    valid = {f.name for f in dataclasses.fields(BenchmarkSpec)}
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise ConfigError(f"{origin}: {unknown[0]!r} is not a spec field; valid: {', '.join(sorted(valid))}")
+    for key in ("name", "version", "task", "prompt", "extractor", "grader"):
+        if not raw.get(key):
+            raise ConfigError(f"{origin}: field {key!r} is required")
+    where = f"{origin}: {raw['name']}"
+    dec = _sub(Decoding, raw.get("decoding"), f"{where}.decoding")
+    src = _sub(Source, raw.get("source"), f"{where}.source")
+    if raw["task"] not in TASKS:
+        raise ConfigError(f"{where}.task must be one of {', '.join(TASKS)} (got {raw['task']!r})")
+    if raw["extractor"] not in EXTRACTORS:
+        raise ConfigError(f"{where}.extractor {raw['extractor']!r} is unknown; valid: {', '.join(EXTRACTORS)}")
+    if raw["grader"] not in GRADERS:
+        raise ConfigError(f"{where}.grader {raw['grader']!r} is unknown; valid: {', '.join(GRADERS)}")
+    metrics = tuple(raw.get("metrics") or ("avg@k", "pass@k", "maj@k"))
+    bad = [m for m in metrics if m not in METRIC_NAMES]
+    if bad:
+        raise ConfigError(f"{where}.metrics: {bad[0]!r} is unknown; valid: {', '.join(METRIC_NAMES)}")
+    if dec.samples < 0 or (dec.samples == 0 and not dec.greedy):
+        raise ConfigError(f"{where}.decoding: set samples >= 1 or greedy: true")
+    if dec.samples and dec.temperature <= 0:
+        raise ConfigError(f"{where}.decoding.temperature must be > 0 for sampling (got {dec.temperature}); "
+                          "use greedy: true, samples: 0 for argmax decoding")
+    if not 0 < dec.top_p <= 1:
+        raise ConfigError(f"{where}.decoding.top_p must be in (0, 1] (got {dec.top_p})")
+    if dec.max_new_tokens < 1:
+        raise ConfigError(f"{where}.decoding.max_new_tokens must be >= 1 (got {dec.max_new_tokens})")
+    if raw.get("profile") != "micro" and not (src.local or src.hub):
+        raise ConfigError(f"{where}.source: give a local path or a hub dataset")
+    if "{problem}" not in str(raw["prompt"]):
+        raise ConfigError(f"{where}.prompt must contain {{problem}}")
+    return BenchmarkSpec(
+        name=str(raw["name"]), version=str(raw["version"]), task=raw["task"], source=src, prompt=str(raw["prompt"]),
+        extractor=raw["extractor"], grader=raw["grader"], decoding=dec, metrics=metrics,
+        chat_template=bool(raw.get("chat_template", False)), system=raw.get("system"),
+        fewshot=int(raw.get("fewshot", 0) or 0), profile=raw.get("profile"), notes=str(raw.get("notes", "")))
+
+
+def get_spec(name: str) -> BenchmarkSpec:
+    """The registered spec ``name`` (``benchmarks/<name>.yaml``), validated."""
+    from corl_bench.registries import BENCHMARKS
+
+    try:
+        raw = BENCHMARKS.get(name)
+    except KeyError as e:
+        raise ConfigError(str(e).strip("'\"")) from None
+    return parse_spec(raw, origin=f"benchmarks/{name}.yaml")

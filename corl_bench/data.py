@@ -1,0 +1,164 @@
+"""Benchmark data from wherever a user has it: a local directory first, the Hugging Face hub second.
+
+Lookup order for a spec's ``source.local`` file:
+
+1. ``--data-dir`` (the ``data_dir`` argument),
+2. ``$CORL_BENCH_DATA`` (``os.pathsep``-separated directories),
+3. the hub (``datasets.load_dataset`` with the spec's ``source.hub`` arguments, columns renamed by
+   ``source.fields``) — only when ``datasets`` is installed and the hub is reachable.
+
+Local files use the project's row schema: ``id``, ``problem``, ``answer`` (math and multiple choice), plus the
+task's own fields (code: ``prompt``/``test``/``entry_point`` for HumanEval; ``text``/``code``/``test_list`` for
+MBPP). ``corl-bench data prepare`` freezes a benchmark into a directory in that schema with a ``checksums.json``
+(sha256 per file); a directory holding one is verified on every load, so a silently edited file is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from corl_bench.benchspec import BenchmarkSpec
+from corl_bench.config import ConfigError
+
+log = logging.getLogger(__name__)
+DATA_ENV = "CORL_BENCH_DATA"
+CHECKSUMS = "checksums.json"
+
+
+def data_dirs(data_dir: str | Path | None = None) -> list[Path]:
+    """Directories searched for local copies, in order."""
+    dirs = [Path(data_dir)] if data_dir else []
+    dirs += [Path(p) for p in os.environ.get(DATA_ENV, "").split(os.pathsep) if p]
+    return dirs
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _verify(root: Path, rel: str) -> None:
+    sums_path = root / CHECKSUMS
+    if not sums_path.is_file():
+        return
+    sums = json.loads(sums_path.read_text(encoding="utf-8"))
+    want = sums.get("files", {}).get(rel)
+    if want is not None and sha256(root / rel) != want:
+        raise ConfigError(f"{root / rel} does not match its checksum in {sums_path}; re-run `corl-bench data "
+                          "prepare` or restore the file")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{path}:{i}: not valid JSON ({e.msg}); fix or re-prepare the file") from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path}:{i}: expected a JSON object per line")
+            rows.append(row)
+    return rows
+
+
+def _filter(rows: Iterable[dict[str, Any]], where: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+
+
+def _from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    hub = dict(spec.source.hub or {})
+    try:
+        import datasets  # optional: `pip install datasets`
+    except ImportError:
+        raise ConfigError(f"benchmark {spec.name}: no local copy found and the `datasets` package is not "
+                          f"installed; pass --data-dir / set ${DATA_ENV}, or `pip install datasets`") from None
+    path = hub.pop("path")
+    try:
+        ds = datasets.load_dataset(path, **hub)
+    except Exception as e:  # network, auth (GPQA is gated), missing config ...
+        raise ConfigError(f"benchmark {spec.name}: could not load {path} from the hub ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:160]}); pass --data-dir / set ${DATA_ENV}") from None
+    rows = []
+    for i, rec in enumerate(ds):
+        row = dict(rec)
+        for src, dst in spec.source.fields.items():
+            if src in row:
+                row[dst] = row.pop(src) if src != dst else row[src]
+        row.setdefault("id", str(i))
+        marker = spec.source.answer_after
+        if marker and isinstance(row.get("answer"), str) and marker in row["answer"]:
+            row["solution"], row["answer"] = row["answer"], row["answer"].rsplit(marker, 1)[1].strip().replace(",", "")
+        rows.append(row)
+    return rows
+
+
+def locate(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> Path | None:
+    """The first local copy of the spec's file (or folder), or None."""
+    if not spec.source.local:
+        return None
+    for root in data_dirs(data_dir):
+        path = root / spec.source.local
+        if path.exists():
+            _verify(root, spec.source.local) if path.is_file() else None
+            return path
+    return None
+
+
+def load_rows(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """The benchmark's rows (after ``source.where``), from the first local copy or the hub."""
+    if spec.profile == "micro":
+        raise ConfigError(f"benchmark {spec.name} is generated by the micro profile; it has no data files")
+    path = locate(spec, data_dir)
+    if path is not None:
+        if spec.task == "code" and spec.name.startswith("livecodebench"):
+            from corl_bench.livecodebench import read_release
+            rows = read_release(path)
+        else:
+            rows = read_jsonl(path)
+        log.info("benchmark %s: %d rows from %s", spec.name, len(rows), path)
+    elif spec.source.hub:
+        rows = _from_hub(spec)
+        log.info("benchmark %s: %d rows from the hub (%s)", spec.name, len(rows), spec.source.hub.get("path"))
+    else:
+        searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "(none given)"
+        raise ConfigError(f"benchmark {spec.name}: {spec.source.local} not found in {searched}; pass "
+                          f"--data-dir DIR or set ${DATA_ENV} to a directory that holds it")
+    rows = _filter(rows, dict(spec.source.where))
+    if not rows:
+        raise ConfigError(f"benchmark {spec.name}: no rows left after source.where={dict(spec.source.where)}")
+    ids = [str(r.get("id", r.get("task_id", i))) for i, r in enumerate(rows)]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"benchmark {spec.name}: duplicate ids in the data; every row needs a unique id")
+    return rows
+
+
+def prepare(specs: Sequence[BenchmarkSpec], dest: Path, data_dir: str | Path | None = None) -> dict[str, Any]:
+    """Freeze benchmarks into ``dest`` in the local schema, with sha256 checksums; returns the manifest."""
+    from corl_bench.results import atomic_write_text
+
+    dest.mkdir(parents=True, exist_ok=True)
+    manifest_path = dest / CHECKSUMS
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"files": {}, "benchmarks": {}}
+    for spec in specs:
+        if not spec.source.local:
+            raise ConfigError(f"benchmark {spec.name} has no source.local path to freeze into")
+        rows = load_rows(spec, data_dir)
+        target = dest / spec.source.local
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True, default=str) + "\n" for r in rows)
+        atomic_write_text(target, text)
+        manifest["files"][spec.source.local] = sha256(target)
+        manifest["benchmarks"][spec.name] = {"version": spec.version, "file": spec.source.local, "rows": len(rows)}
+    atomic_write_text(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest

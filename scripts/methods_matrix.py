@@ -1,0 +1,110 @@
+#!/usr/bin/env python
+"""Run every method on its cohorts for one seed and summarise each run: before/after accuracy, the last steps'
+pseudo-label accuracy and entropy, and wall time.
+
+    python scripts/methods_matrix.py --out results/matrix              # the default cells, one after another
+    python scripts/methods_matrix.py --out results/matrix --cells corl:three-agent comas:cross-family
+    python scripts/methods_matrix.py --out results/matrix --summarise  # only re-read finished runs
+
+Each cell is one ``corl-bench run`` subprocess (so its wall time is its own); cells already finished under --out are
+skipped. The summary (markdown) goes to stdout and to ``<out>/summary.md``; ``corl-bench table --results <out>``
+gives the full table from the same predictions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULT_CELLS = (
+    "gt-reward:single", "ttrl:single", "rent:single", "intuitor:single", "co-rewarding-ii:single",
+    "random-reward:single", "corl:same-family", "corl:cross-family", "corl:cross-family-rephrased",
+    "corl:three-agent", "corl-peer-majority:three-agent", "comas:cross-family", "ttrl:cross-family",
+)
+LAST_FRACTION = 0.2  # "final" training diagnostics: mean over the last 20 % of steps
+
+
+def finished_runs(out: Path) -> dict[tuple[str, str], Path]:
+    runs = {}
+    for info_path in sorted(out.glob("runs/*/run.json")):
+        info = json.loads(info_path.read_text())
+        if info.get("status") == "finished":
+            runs[(info["method"], info["cohort"])] = info_path.parent
+    return runs
+
+
+def summarise(run_dir: Path) -> list[dict]:
+    from corl_bench.table import collect
+
+    info = json.loads((run_dir / "run.json").read_text())
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    steps = max(r["step"] for r in rows) + 1
+    tail = [r for r in rows if r["step"] >= steps * (1 - LAST_FRACTION)]
+    table_rows, _ = collect(run_dir.parent.parent)
+    out = []
+    for tr in (t for t in table_rows if info["run_id"] in t.run_ids):
+        mine = [r for r in tail if r["agent"] == tr.agent]
+
+        def last(key: str) -> float | None:
+            vals = [r[key] for r in mine if r.get(key) is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        base, final = tr.base.get("micro-test", {}), tr.scores.get("micro-test", {})
+        out.append({"method": info["method"], "cohort": info["cohort"], "agent": tr.agent, "family": tr.family,
+                    **{f"{m}_base": base.get(m) for m in ("greedy", "avg_k", "maj_k")},
+                    **{f"{m}_final": final.get(m) for m in ("greedy", "avg_k", "maj_k")},
+                    "label_acc": last("label/accuracy"), "reward_acc": last("reward/accuracy"),
+                    "entropy": last("policy/entropy"), "wall_s": info.get("wall_seconds")})
+    return out
+
+
+def to_markdown(rows: list[dict]) -> str:
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f}"
+
+    def num(x: float | None, fmt: str = ".2f") -> str:
+        return "–" if x is None else format(x, fmt)
+
+    lines = ["| method | cohort | agent | greedy | pass@1 | maj@8 | label acc. | reward acc. | entropy | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{pct(r[m + '_base'])} → {pct(r[m + '_final'])}" for m in ("greedy", "avg_k", "maj_k")]
+        lines.append(f"| {r['method']} | {r['cohort']} | {r['family']} | " + " | ".join(cells) +
+                     f" | {num(r['label_acc'])} | {num(r['reward_acc'])} | {num(r['entropy'])} | "
+                     f"{num(r['wall_s'], '.0f')} |")
+    return "\n".join(lines) + (f"\n\nTraining diagnostics are means over the last {LAST_FRACTION:.0%} of steps; "
+                               "accuracy is on micro-test (300 problems), base → final.\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="results directory for the runs")
+    ap.add_argument("--cells", nargs="*", default=list(DEFAULT_CELLS), help="method:cohort pairs")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--summarise", action="store_true", help="do not run; summarise what is there")
+    ap.add_argument("extra", nargs="*", help="after --: extra arguments for every `corl-bench run`")
+    args = ap.parse_args()
+    cli = str(Path(sys.executable).parent / "corl-bench")
+    for cell in ([] if args.summarise else args.cells):
+        if ":" not in cell:
+            ap.error(f"cell {cell!r} is not method:cohort")
+        method, cohort = cell.split(":", 1)
+        if (method, cohort) in finished_runs(args.out):
+            print(f"skip {cell}: finished", file=sys.stderr)
+            continue
+        print(f"run {cell}", file=sys.stderr, flush=True)
+        subprocess.run([cli, "run", "--method", method, "--cohort", cohort, "--seed", str(args.seed),
+                        "--output-dir", str(args.out / "runs"), *args.extra], check=True, stdout=subprocess.DEVNULL)
+    rows = [r for key, run_dir in sorted(finished_runs(args.out).items()) for r in summarise(run_dir)]
+    text = to_markdown(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.md").write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
