@@ -136,3 +136,28 @@ def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_
     assert all(r["reward/mean"] is not None and r["policy/entropy"] is not None for r in rows)
     table_rows, warnings = collect(out)
     assert not warnings and {r.method for r in table_rows} == {method}
+
+
+def test_corl_bench_eval_scores_a_runs_agents_on_a_data_benchmark_and_the_table_shows_it(e2e_run, tmp_path):
+    import json as _json
+
+    from corl_bench.eval_cmd import run_eval
+    from corl_bench.table import collect
+
+    root, run_dir, _ = e2e_run
+    data = tmp_path / "data" / "gsm8k"
+    data.mkdir(parents=True)
+    rows = [{"id": f"g{i}", "problem": f"Ava has {i} coins and finds 2. How many now?", "answer": str(i + 2)}
+            for i in range(3)]
+    (data / "test.jsonl").write_text("".join(_json.dumps(r) + "\n" for r in rows))
+    first = run_eval(str(run_dir), ["gsm8k"], data_dir=str(tmp_path / "data"), overrides={"samples": 2,
+                                                                                          "max_new_tokens": 8})
+    assert set(first) == {"a0", "a1"} and first["a0"]["gsm8k"]["n_problems"] == 3
+    preds = run_dir / "eval" / "final" / "a0" / "gsm8k.jsonl"
+    assert len(preds.read_text().splitlines()) == 3 * 2
+    again = run_eval(str(run_dir), ["gsm8k"], data_dir=str(tmp_path / "data"),
+                     overrides={"samples": 2, "max_new_tokens": 8})
+    assert again == first and len(preds.read_text().splitlines()) == 6  # nothing regenerated
+    table_rows, warnings = collect(root / "results")
+    assert not warnings
+    assert {"micro-test", "gsm8k"} <= set(table_rows[0].scores)
