@@ -173,6 +173,7 @@ def eval_(target: str = typer.Argument(..., help="a run directory, a save_pretra
           max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap"),
           code_timeout: float = typer.Option(10.0, "--code-timeout", help="CPU seconds per HumanEval/MBPP program"),
           workers: int = typer.Option(2, "--workers", help="sandboxed programs run at once"),
+          chunk: int = typer.Option(32, "--chunk", help="problems per generation batch (x k samples); saved per chunk"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Evaluate models on benchmark specs; per-sample predictions are kept and a re-run skips what exists."""
     from corl_bench.eval_cmd import run_eval
@@ -182,7 +183,7 @@ def eval_(target: str = typer.Argument(..., help="a run directory, a save_pretra
     try:
         run_eval(target, names, data_dir=data_dir, phase=phase, out=out, seed=seed, max_problems=max_problems,
                  overrides={"samples": samples, "max_new_tokens": max_new_tokens}, engine=engine,
-                 code_timeout=code_timeout, workers=workers, report=lambda line: Console().print(line, highlight=False))
+                 code_timeout=code_timeout, workers=workers, chunk=chunk, report=lambda line: Console().print(line, highlight=False))
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
 

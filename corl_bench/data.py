@@ -57,19 +57,9 @@ def _verify(root: Path, rel: str) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{path}:{i}: not valid JSON ({e.msg}); fix or re-prepare the file") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{i}: expected a JSON object per line")
-            rows.append(row)
-    return rows
+    from corl_bench.results import read_jsonl as read
+
+    return read(path, ConfigError, f"{path}")
 
 
 def _filter(rows: Iterable[dict[str, Any]], where: dict[str, Any]) -> list[dict[str, Any]]:

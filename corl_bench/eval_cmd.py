@@ -78,7 +78,7 @@ def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: s
 def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = None, phase: str = "final",
              out: Path | None = None, seed: int = 0, max_problems: int | None = None,
              overrides: dict[str, Any] | None = None, engine: str = "ours", code_timeout: float = 10.0,
-             workers: int = 2, report: Callable[[str], None] = log.info) -> dict[str, dict[str, Any]]:
+             workers: int = 2, chunk: int = 32, report: Callable[[str], None] = log.info) -> dict[str, dict[str, Any]]:
     """Evaluate every target model on every benchmark; returns agent -> benchmark -> scores (as dicts)."""
     from corl_bench.bench import build_items
     from corl_bench.data import load_rows
@@ -114,7 +114,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
                 scores = evaluate_with_lm_eval(model, tok, spec, items, out_path=path, decoding=dec, seed=seed)
             else:
                 scores = evaluate_spec(model, tok, spec, items, out_path=path, seed=seed, decoding=dec,
-                                       code_timeout=code_timeout, workers=workers)
+                                       code_timeout=code_timeout, workers=workers, chunk=chunk)
             results.setdefault(name, {})[spec.name] = scores.__dict__
             report(f"{name} {spec.key}: n={scores.n_problems} k={scores.k} avg@k={_pct(scores.avg_k)} "
                    f"greedy={_pct(scores.greedy)} maj@k={_pct(scores.maj_k)} pass@k={_pct(scores.pass_k)} "

@@ -64,9 +64,22 @@ def append_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
         f.flush()
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, error: type[Exception] = ValueError, name: str | None = None) -> list[dict[str, Any]]:
+    """Every JSON object of a JSONL file (blank lines skipped); ``error("<name> line N ...")`` on a bad line."""
+    name = name or str(path)
+    rows = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise error(f"{name} line {lineno} is not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise error(f"{name} line {lineno} is not a JSON object")
+            rows.append(row)
+    return rows
 
 
 def git_commit(cwd: Path | None = None) -> str | None:

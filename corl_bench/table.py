@@ -32,6 +32,7 @@ from rich.segment import Segments
 from rich.table import Table
 
 from corl_bench.metrics import METRICS, BenchmarkScores, score_predictions
+from corl_bench.results import read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -130,21 +131,9 @@ def _rel(path: Path, root: Path) -> str:
 
 def _read_jsonl(path: Path, name: str) -> list[dict[str, Any]]:
     try:
-        text = path.read_text(encoding="utf-8")
+        return read_jsonl(path, DamagedRun, name)
     except (OSError, UnicodeDecodeError) as exc:
         raise DamagedRun(f"cannot read {name} ({exc})") from exc
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DamagedRun(f"{name} line {lineno} is not valid JSON") from exc
-        if not isinstance(row, dict):
-            raise DamagedRun(f"{name} line {lineno} is not a JSON object")
-        rows.append(row)
-    return rows
 
 
 def row_grader_for(benchmark: str) -> Any:

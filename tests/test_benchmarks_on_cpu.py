@@ -131,7 +131,7 @@ def test_duplicate_ids_and_broken_lines_are_refused(data_dir):
     with pytest.raises(ConfigError, match="duplicate ids"):
         load_rows(parse_spec(spec_dict()), data_dir)
     path.write_text('{"id": "a", "problem": "x", "answer": "1"}\n{"id": \n')
-    with pytest.raises(ConfigError, match=r"test.jsonl:2: not valid JSON"):
+    with pytest.raises(ConfigError, match=r"test.jsonl line 2 is not valid JSON"):
         load_rows(parse_spec(spec_dict()), data_dir)
 
 
