@@ -22,6 +22,24 @@ from corl_bench.rollout import Completion, SamplingParams, make_engine
 log = logging.getLogger(__name__)
 
 
+class NumericalError(RuntimeError):
+    """A non-finite value in training; names the agent, the step and the quantity (rewards, advantages, loss ...)."""
+
+    def __init__(self, quantity: str, agent: str, step: int | None = None, detail: str = "") -> None:
+        self.quantity, self.agent, self.step, self.detail = quantity, agent, step, detail
+        where = f"agent {agent}" + (f", step {step}" if step is not None else "")
+        super().__init__(f"non-finite {quantity} ({where}){': ' + detail if detail else ''}; nothing was updated, "
+                         "the last good checkpoint is intact — lower grpo.lr or check the method's rewards, then "
+                         "resume with --resume")
+
+
+def check_finite(values: Any, quantity: str, agent: str, step: int | None = None) -> None:
+    t = torch.as_tensor(values)
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise NumericalError(quantity, agent, step, f"{bad} of {t.numel()} values")
+
+
 @dataclass(frozen=True)
 class UpdateStats:
     loss: float
@@ -153,9 +171,13 @@ class Agent:
         out = grpo.grpo_loss(fwd.logp, fwd.logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
                              clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, kl_coef=self.cfg.kl_coef,
                              ref_logp=fwd.ref_logp, max_len=max_len)
+        check_finite(out.loss.detach(), "loss", self.name)
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        if not bool(torch.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NumericalError("gradients", self.name, detail=f"grad norm {float(grad_norm)}")
         self.optimizer.step()
         self.model.eval()
         n_tok = mask.sum(-1)

@@ -41,10 +41,12 @@ def _as_list(value: Any) -> list[Any]:
         return value
     if isinstance(value, str):
         try:
-            return list(ast.literal_eval(value))
-        except (ValueError, SyntaxError):
-            return list(json.loads(value))
-    raise ConfigError(f"expected a list of options, got {type(value).__name__}")
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = None
+        if isinstance(parsed, (list, tuple)):
+            return list(parsed)
+    raise ValueError(f"the options must be a list (got {str(value)[:40]!r})")
 
 
 def _mcq(row: Mapping[str, Any]) -> tuple[str, str]:
@@ -94,6 +96,8 @@ def build_items(spec: BenchmarkSpec, rows: Sequence[Mapping[str, Any]]) -> list[
         except KeyError as e:
             raise ConfigError(f"benchmark {spec.name}: row {rid} has no field {e.args[0]!r}; check the data file "
                               "or the spec's source.fields mapping") from None
+        except (ValueError, TypeError, IndexError) as e:
+            raise ConfigError(f"benchmark {spec.name}: row {rid}: {str(e)[:200]}; fix the data file") from None
     return items
 
 

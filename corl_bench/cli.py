@@ -56,20 +56,38 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
         output_dir: Optional[str] = typer.Option(None, "--output-dir", help="default results/runs"),
         run_id: Optional[str] = typer.Option(None, "--run-id"),
         set_: list[str] = typer.Option([], "--set", "-s", help="override, e.g. --set grpo.lr=3e-5 (repeatable)"),
+        resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory from its last "
+                                              "checkpoint (its config.yaml is the config)"),
+        fresh: bool = typer.Option(False, "--fresh", help="never resume an interrupted run with the same config"),
         verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Train + evaluate one (method, cohort, seed) cell; writes results/runs/<run_id>/."""
+    """Train + evaluate one (method, cohort, seed) cell; writes results/runs/<run_id>/.
+
+    An interrupted run with exactly the same config is resumed from its last checkpoint (--fresh: start anew)."""
     _setup_logging(verbose)
     try:
+        if resume is not None:
+            if not (resume / "config.yaml").is_file():
+                raise ConfigError(f"--resume {resume}: no config.yaml there; pass a run directory (results/runs/...)")
+            config = config or resume / "config.yaml"
         cfg = load_config(config, _overrides(method, cohort, seed, steps, output_dir, run_id, set_))
-        from corl_bench.runner import resolve, run as run_cell
+        from corl_bench.runner import check_resumable, resolve, run as run_cell
 
         resolve(cfg)  # fail fast, before torch is imported and before anything is written
+        if resume is not None:
+            check_resumable(resume, resolve(cfg).config)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # weight-loading bars would break the run's progress display
-        run_dir = run_cell(cfg, console=console)
+        run_dir = run_cell(cfg, console=console, resume=resume, auto_resume=not fresh)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
+    except Exception as e:
+        from corl_bench.agent import NumericalError
+        from corl_bench.runner import ResourceError
+
+        if isinstance(e, (ResourceError, NumericalError)):
+            _fail(str(e))
+        raise
     except KeyboardInterrupt:
         _fail("interrupted; the run directory keeps what was written so far (run.json status: failed)")
     console.print(f"run directory: {run_dir}")
@@ -158,6 +176,38 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
     if bad or not chosen:
         _fail(f"unknown metric(s) {', '.join(bad) or '(none)'}; valid: greedy, avg_k, maj_k, pass_k")
     table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, console=Console())
+
+
+@app.command()
+def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohorts, seeds, set, output_dir"),
+          dry_run: bool = typer.Option(False, "--dry-run", help="list the cells and their status; run nothing"),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Run a grid of methods x cohorts x seeds one cell after another; finished cells are skipped, interrupted
+    ones resumed."""
+    from corl_bench.sweep import cell_status, describe, load_sweep, plan, run_sweep
+
+    _setup_logging(verbose)
+    try:
+        spec = load_sweep(spec_path)
+        if dry_run:
+            cells, skipped = plan(spec)
+            for cell in cells:
+                Console().print(f"{cell.run_id}: {cell_status(spec, cell)}", highlight=False)
+            for line in skipped:
+                Console().print(f"skipped {line}", highlight=False)
+            return
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        result = run_sweep(spec, console=console)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail("interrupted; run the same sweep again to resume it")
+    for line in describe(result):
+        console.print(line, highlight=False)
+    if result["failed"]:
+        raise typer.Exit(code=1)
 
 
 @app.command("eval")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -191,11 +192,16 @@ class RunConfig:
     """write sample logs (prompt, completion, answer, pseudo-label, truth, reward) every N steps"""
     samples_per_log: int = 4
     save_checkpoints: bool = True
+    """save every agent's final weights as a save_pretrained folder (checkpoints/final/<agent>)"""
+    checkpoint_every: int = 10
+    """write a resumable training checkpoint every N steps and after the last one (0 = never: no resume)"""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, f"run.steps must be >= 0 (got {self.steps}); set e.g. run.steps=60")
         _check(self.log_samples_every >= 0, f"run.log_samples_every must be >= 0 (got {self.log_samples_every}); "
                f"set run.log_samples_every=10 (0 = never)")
+        _check(self.checkpoint_every >= 0, f"run.checkpoint_every must be >= 0 (got {self.checkpoint_every}); "
+               "set run.checkpoint_every=10 (0 = no resumable checkpoints)")
         _check(self.samples_per_log >= 0, f"run.samples_per_log must be >= 0 (got {self.samples_per_log}); set run.samples_per_log=4")
         _check("/" not in self.run_id and self.run_id not in (".", ".."),
                f"run.run_id must be a plain directory name (got {self.run_id!r}); use letters, digits and '-'")
@@ -291,7 +297,8 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"; did you mean {prefix}.{close[0]}?" if close else f"; valid: {', '.join(names)}"
-            raise ConfigError(f"unknown config key {prefix}.{key}{hint}".lstrip("."))
+            shown = key if re.fullmatch(r"[\w-]+", str(key)) else repr(key)
+            raise ConfigError(f"unknown config key {prefix}.{shown}{hint}".lstrip("."))
         kwargs[key] = _coerce(f"{prefix}.{key}".lstrip("."), hints[key], value)
     try:
         return cls(**kwargs)
@@ -317,6 +324,9 @@ def parse_override(item: str) -> tuple[str, Any]:
     key, raw = item.split("=", 1)
     if not key.strip():
         raise ConfigError(f"override {item!r} has no key; write section.key=value, e.g. grpo.lr=3e-5")
+    if not re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*", key.strip()):
+        raise ConfigError(f"override key {key.strip()!r} is not a dotted field name; write section.key=value, "
+                          "e.g. grpo.lr=3e-5")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

@@ -69,6 +69,13 @@ def evaluate(agent: Any, benchmarks: dict[str, tuple[str, Sequence[Any]]], cfg: 
     return scores
 
 
+def load_scores(out_dir: Path, benchmarks: dict[str, tuple[str, Sequence[Any]]]) -> dict[str, BenchmarkScores]:
+    """Scores of an evaluation phase that already ran (a resumed run does not evaluate its base models twice)."""
+    from corl_bench.results import read_jsonl
+
+    return {name: score_predictions(read_jsonl(out_dir / f"{name}.jsonl")) for name in benchmarks}
+
+
 def n_generations(cfg: EvalConfig, n_items: int) -> int:
     n = min(n_items, cfg.max_problems) if cfg.max_problems else n_items
     return n * ((1 if cfg.greedy else 0) + cfg.samples)

@@ -16,6 +16,7 @@ one complete line at a time.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import importlib.metadata
 import json
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 TRACKED_PACKAGES = ("corl-bench", "torch", "transformers", "tokenizers", "math-verify", "numpy", "rich", "typer",
                     "pyyaml", "lm-eval", "datasets")
@@ -68,8 +69,12 @@ def read_jsonl(path: Path, error: type[Exception] = ValueError, name: str | None
     """Every JSON object of a JSONL file (blank lines skipped); ``error("<name> line N ...")`` on a bad line."""
     name = name or str(path)
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise error(f"{name} line {lineno} is not UTF-8 text; re-export the file as UTF-8") from None
             if not line.strip():
                 continue
             try:
@@ -80,6 +85,35 @@ def read_jsonl(path: Path, error: type[Exception] = ValueError, name: str | None
                 raise error(f"{name} line {lineno} is not a JSON object")
             rows.append(row)
     return rows
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return obj
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``run_dir`` (``.lock``, fcntl) while a process writes it; a second process gets
+    a one-line error instead of interleaving its writes (the lock dies with its holder, even on SIGKILL)."""
+    import fcntl
+
+    from corl_bench.config import ConfigError
+
+    fd = os.open(run_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{run_dir} is being written by another corl-bench process; wait for it or pick "
+                              "another run") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
@@ -128,4 +162,9 @@ def new_run_dir(output_dir: Path, run_id: str) -> Path:
             return path
         except FileExistsError:
             continue
+        except OSError as e:
+            from corl_bench.config import ConfigError
+
+            raise ConfigError(f"cannot write in results directory {output_dir} ({e.strerror}); set "
+                              f"run.output_dir to a writable path") from None
     raise RuntimeError(f"could not find a free run directory name for {run_id} in {output_dir}")

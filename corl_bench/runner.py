@@ -6,6 +6,7 @@ leaves ``results/`` untouched.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -18,6 +19,26 @@ from corl_bench.registries import BENCHMARKS, COHORTS, FAMILIES, METHODS, PROFIL
 from corl_bench.registry import RegistryError
 
 log = logging.getLogger(__name__)
+
+
+class ResourceError(RuntimeError):
+    """The machine ran out of something (disk, memory, permission); the message says what to change. The run
+    directory keeps its last checkpoint, so the run resumes once the cause is fixed."""
+
+
+def _resource_error(exc: BaseException, run_dir: Path) -> ResourceError | None:
+    import errno
+
+    resume = f"then resume with: corl-bench run --resume {run_dir}"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceError(f"disk full while writing {exc.filename or run_dir}; free space (or set "
+                             f"run.output_dir on another disk), {resume}")
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+        return ResourceError(f"cannot write {exc.filename or run_dir} ({exc.strerror}); make it writable, {resume}")
+    if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()):
+        return ResourceError("out of memory; lower rollout.prompts_per_step, rollout.samples_per_prompt or "
+                             f"rollout.max_new_tokens (or eval.max_new_tokens), {resume}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -62,80 +83,199 @@ def default_run_id(cfg: Config) -> str:
     return f"{cfg.method.name}-{cfg.cohort.name}-s{cfg.run.seed}-{stamp}"
 
 
-def run(cfg: Config, *, console: Any = None) -> Path:
-    """Train and evaluate one (method, cohort, seed) cell; returns the run directory."""
+def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths whose values differ between two config dicts, with both values."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b, path = old.get(key), new.get(key), f"{prefix}{key}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_diff(a, b, path + ".")
+        elif a != b:
+            out.append(f"{path} ({a!r} -> {b!r})")
+    return out
+
+
+def stored_config(run_dir: Path) -> dict[str, Any]:
+    import yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} has no config.yaml; it is not a corl-bench run directory")
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def check_resumable(run_dir: Path, cfg: Config) -> dict[str, Any]:
+    """run.json of ``run_dir`` if ``cfg`` is the config it was started with; one-line ConfigError naming changes."""
+    from corl_bench.results import read_json
+
+    changed = config_diff(stored_config(run_dir), cfg.to_dict())
+    if changed:
+        shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
+        raise ConfigError(f"cannot resume {run_dir}: the config changed: {shown}; resume with the original config "
+                          "or start a new run")
+    return read_json(run_dir / "run.json")
+
+
+def find_interrupted(output_dir: Path, cfg: Config) -> Path | None:
+    """The newest run under ``output_dir`` that did not finish and was started with exactly this config."""
+    if not output_dir.is_dir():
+        return None
+    want = cfg.to_dict()
+    found = []
+    for info_path in output_dir.glob("*/run.json"):
+        try:
+            from corl_bench.results import read_json
+            info = read_json(info_path)
+            if info.get("status") != "finished" and not config_diff(stored_config(info_path.parent), want):
+                found.append(info_path.parent)
+        except (OSError, ValueError, ConfigError):
+            continue
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def _history(run_dir: Path, start: int) -> list[dict[str, dict[str, Any]]]:
+    """metrics.jsonl cut back to the steps before ``start`` (rows written after the checkpoint are dropped);
+    returns the kept rows as per-step {agent: metrics} for the summary."""
+    from corl_bench.results import atomic_write_text, read_jsonl
+
+    by_step: dict[int, dict[str, Any]] = {}
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        rows = [r for r in _complete_rows(path) if r.get("step", 0) < start]
+        atomic_write_text(path, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows))
+        if name == "metrics.jsonl":
+            for r in rows:
+                by_step.setdefault(r["step"], {})[r["agent"]] = r
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def _complete_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # the torn last line of a killed run
+    return rows
+
+
+def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_resume: bool = True) -> Path:
+    """Train and evaluate one (method, cohort, seed) cell; returns the run directory.
+
+    ``resume``: continue that run directory from its last checkpoint (its config must equal ``cfg``). Without it,
+    an interrupted run under ``run.output_dir`` with exactly this config is resumed (``auto_resume=False``:
+    always start a new run). A finished run is not rerun.
+    """
     import torch
 
     from corl_bench.agent import Agent
-    from corl_bench.evaluation import eval_seed, evaluate, n_generations
+    from corl_bench.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from corl_bench.evaluation import eval_seed, evaluate, load_scores, n_generations
     from corl_bench.progress import RunProgress, summary_table
-    from corl_bench.results import environment_record, new_run_dir, now_iso, write_json
+    from corl_bench.results import environment_record, new_run_dir, now_iso, run_lock, write_json
     from corl_bench.trainer import Trainer
 
     plan = resolve(cfg)
     cfg = plan.config
     torch.set_num_threads(cfg.model.threads or (os.cpu_count() or 1))
     torch.manual_seed(cfg.run.seed)
-    run_dir = new_run_dir(Path(cfg.run.output_dir), cfg.run.run_id or default_run_id(cfg))
-    started = time.time()
-    (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
-    write_json(run_dir / "env.json", environment_record(cfg.run.seed))
-    info = {"run_id": run_dir.name, "method": cfg.method.name, "cohort": cfg.cohort.name,
-            "profile": cfg.model.profile, "seed": cfg.run.seed, "status": "running", "started_at": now_iso(),
-            "agents": [{"name": a.name, "family": a.family, "view": a.view} for a in cfg.cohort.agents],
-            "steps": cfg.run.steps, "phases": [], "timings": {}}
-    write_json(run_dir / "run.json", info)
-    profile = PROFILES.get(cfg.model.profile)(cfg.model)
-    try:
-        with RunProgress(console) as prog:
-            t0 = time.perf_counter()
-            families = [a.family for a in cfg.cohort.agents]
-            prog.warm_start(profile, families)
-            agents = [Agent(spec, *profile.load(spec.family), cfg.grpo, backend=cfg.rollout.backend,
-                            temperature=cfg.rollout.temperature, teacher=plan.method_cls.teacher)
-                      for spec in cfg.cohort.agents]
-            method = plan.method_cls(plan.options, cfg.cohort.agents)
-            info["teachers"] = method.teachers()
-            info["timings"]["models"] = time.perf_counter() - t0
-            benches = {b: (str(BENCHMARKS.get(b).get("version", "0")), profile.benchmark(b))
-                       for b in cfg.eval.benchmarks}
-            total_gen = sum(n_generations(cfg.eval, len(items)) for _, items in benches.values()) * len(agents)
-            scores: dict[str, dict[str, Any]] = {}
-
-            def run_eval(phase: str) -> None:
-                t = time.perf_counter()
-                task = prog.add(f"eval {phase}", total_gen)
-                for a in agents:
-                    scores.setdefault(phase, {})[a.name] = evaluate(
-                        a, benches, cfg.eval, out_dir=run_dir / "eval" / phase / a.name,
-                        seed=eval_seed(cfg.run.seed, a.spec.seed_offset), progress=lambda n: prog.advance(task, n))
-                info["phases"].append(phase)
-                info["timings"][f"eval_{phase}"] = time.perf_counter() - t
-                write_json(run_dir / "run.json", info)
-
-            if cfg.eval.before:
-                run_eval("base")
-            trainer = Trainer(cfg, agents, method, profile, run_dir)
-            t = time.perf_counter()
-            task = prog.add("train", cfg.run.steps)
-            history = []
-            for step in range(cfg.run.steps):
-                result = trainer.step(step)
-                trainer.write(result)
-                history.append(result.metrics)
-                prog.advance(task, 1, status=_status_line(result.metrics))
-            info["timings"]["train"] = time.perf_counter() - t
-            run_eval("final")
-            if cfg.run.save_checkpoints:
-                for a in agents:
-                    a.save(run_dir / "checkpoints" / "final" / a.name)
-    except BaseException as e:
-        info.update(status="failed", error=f"{type(e).__name__}: {e}", finished_at=now_iso(),
-                    wall_seconds=time.time() - started)
+    if resume is None and auto_resume:
+        resume = find_interrupted(Path(cfg.run.output_dir), cfg)
+        if resume is not None:
+            log.warning("resuming the interrupted run %s (same config); use --fresh to start a new one", resume)
+    if resume is not None:
+        run_dir = Path(resume)
+        info = check_resumable(run_dir, cfg)
+        if info.get("status") == "finished":
+            log.warning("%s already finished; nothing to do", run_dir)
+            return run_dir
+        info.setdefault("resumed_at", []).append(now_iso())
+    else:
+        run_dir = new_run_dir(Path(cfg.run.output_dir), cfg.run.run_id or default_run_id(cfg))
+        (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
+        write_json(run_dir / "env.json", environment_record(cfg.run.seed))
+        info = {"run_id": run_dir.name, "method": cfg.method.name, "cohort": cfg.cohort.name,
+                "profile": cfg.model.profile, "seed": cfg.run.seed, "status": "running", "started_at": now_iso(),
+                "agents": [{"name": a.name, "family": a.family, "view": a.view} for a in cfg.cohort.agents],
+                "steps": cfg.run.steps, "phases": [], "timings": {}}
+    started = time.time() - float(info.get("wall_seconds") or 0.0)
+    with run_lock(run_dir):
+        info.update(status="running")
         write_json(run_dir / "run.json", info)
-        raise
-    info.update(status="finished", finished_at=now_iso(), wall_seconds=time.time() - started)
-    write_json(run_dir / "run.json", info)
+        profile = PROFILES.get(cfg.model.profile)(cfg.model)
+        try:
+            with RunProgress(console) as prog:
+                t0 = time.perf_counter()
+                prog.warm_start(profile, [a.family for a in cfg.cohort.agents])
+                agents = [Agent(spec, *profile.load(spec.family), cfg.grpo, backend=cfg.rollout.backend,
+                                temperature=cfg.rollout.temperature, teacher=plan.method_cls.teacher)
+                          for spec in cfg.cohort.agents]
+                method = plan.method_cls(plan.options, cfg.cohort.agents)
+                info["teachers"] = method.teachers()
+                info["timings"]["models"] = time.perf_counter() - t0
+                benches = {b: (str(BENCHMARKS.get(b).get("version", "0")), profile.benchmark(b))
+                           for b in cfg.eval.benchmarks}
+                total_gen = sum(n_generations(cfg.eval, len(items)) for _, items in benches.values()) * len(agents)
+                scores: dict[str, dict[str, Any]] = {}
+
+                def run_eval(phase: str) -> None:
+                    t = time.perf_counter()
+                    task = prog.add(f"eval {phase}", total_gen)
+                    for a in agents:
+                        scores.setdefault(phase, {})[a.name] = evaluate(
+                            a, benches, cfg.eval, out_dir=run_dir / "eval" / phase / a.name,
+                            seed=eval_seed(cfg.run.seed, a.spec.seed_offset), progress=lambda n: prog.advance(task, n))
+                    info["phases"] = [p for p in info["phases"] if p != phase] + [phase]
+                    info["timings"][f"eval_{phase}"] = time.perf_counter() - t
+                    write_json(run_dir / "run.json", info)
+
+                trainer = Trainer(cfg, agents, method, profile, run_dir)
+                checkpoint = latest_checkpoint(run_dir) if resume is not None else None
+                start = 0
+                if checkpoint is not None:
+                    state = load_checkpoint(checkpoint, agents)
+                    trainer.load_state_dict(state)
+                    start = state["step"]
+                    log.warning("resumed %s at step %d from %s", run_dir.name, start, checkpoint.name)
+                history = _history(run_dir, start)
+                if cfg.eval.before:
+                    if "base" in info["phases"]:
+                        scores["base"] = {a.name: load_scores(run_dir / "eval" / "base" / a.name, benches)
+                                          for a in agents}
+                    elif start == 0:
+                        run_eval("base")
+                t = time.perf_counter()
+                task = prog.add("train", cfg.run.steps)
+                prog.advance(task, start)
+                every = cfg.run.checkpoint_every
+                for step in range(start, cfg.run.steps):
+                    result = trainer.step(step)
+                    trainer.write(result)
+                    history.append(result.metrics)
+                    prog.advance(task, 1, status=_status_line(result.metrics))
+                    if every and ((step + 1) % every == 0 or step + 1 == cfg.run.steps):
+                        save_checkpoint(run_dir, step + 1, agents, trainer.state_dict())
+                info["timings"]["train"] = info["timings"].get("train", 0.0) + time.perf_counter() - t
+                run_eval("final")
+                if cfg.run.save_checkpoints:
+                    for a in agents:
+                        a.save(run_dir / "checkpoints" / "final" / a.name)
+        except BaseException as e:
+            friendly = _resource_error(e, run_dir)
+            info.update(status="failed", error=str(friendly) if friendly else f"{type(e).__name__}: {e}",
+                        finished_at=now_iso(), wall_seconds=time.time() - started)
+            try:
+                write_json(run_dir / "run.json", info)
+            except OSError:
+                pass  # the disk is full or read-only: run.json keeps its previous content
+            if friendly is not None:
+                raise friendly from None
+            raise
+        info.update(status="finished", finished_at=now_iso(), wall_seconds=time.time() - started)
+        info.pop("error", None)
+        write_json(run_dir / "run.json", info)
     summary_table(console, info, scores, history)
     return run_dir
 

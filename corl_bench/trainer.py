@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import torch
 
 from corl_bench import grpo
-from corl_bench.agent import Agent, concat_forwards
+from corl_bench.agent import Agent, NumericalError, check_finite, concat_forwards
 from corl_bench.config import Config
 from corl_bench.diagnostics import agent_diagnostics
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
@@ -64,11 +64,26 @@ class Trainer:
         self.profile = profile
         self.run_dir = run_dir
         self.stream: Iterator[Any] = profile.training_problems(cfg.run.seed)
+        self.consumed = 0  # problems taken from the stream so far (the data position a checkpoint records)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"consumed": self.consumed, "method": self.method.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the data position (the seeded stream is replayed to it) and the method's state."""
+        self.stream = self.profile.training_problems(self.cfg.run.seed)
+        skipped = sum(1 for _ in islice(self.stream, state["consumed"]))
+        if skipped != state["consumed"]:
+            raise RuntimeError(f"the training stream ended after {skipped} problems; the checkpoint is at "
+                               f"{state['consumed']}")
+        self.consumed = skipped
+        self.method.load_state_dict(state.get("method") or {})
 
     def step(self, step: int) -> StepResult:
         cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt
         n = self.method.generation_n(k)
         problems = list(islice(self.stream, cfg.rollout.prompts_per_step))
+        self.consumed += len(problems)
         truth = [p.answer for p in problems]
         timer: dict[str, float] = {}
 
@@ -124,29 +139,27 @@ class Trainer:
         override = self.method.advantages(batch, rewards, lengths)
         timer["forward"] += time.perf_counter() - t0
 
-        # 4. advantages and one update per agent
+        # 4. advantages for every agent (all checked finite before any agent is updated), then one update each
         t0 = time.perf_counter()
         result = StepResult(step=step, metrics={})
+        r_of, adv_of = {}, {}
         for a in self.agents:
-            r = torch.tensor(rewards[a.name].rewards, dtype=torch.float32)  # (P, K)
-            if override is not None and a.name in override:
-                adv = torch.as_tensor(override[a.name], dtype=torch.float32).reshape(-1)
-                if adv.numel() != len(lengths[a.name]):
-                    raise RuntimeError(f"{type(self.method).__name__}.advantages gave {adv.numel()} advantages for "
-                                       f"agent {a.name}, which trains on {len(lengths[a.name])} samples")
-            elif rewards[a.name].extra:
-                raise RuntimeError(f"{type(self.method).__name__} returned extra samples for agent {a.name} but no "
-                                   "advantages for them; override Method.advantages")
-            else:
-                adv = grpo.group_advantages(r, scale_std=cfg.grpo.scale_std, eps=cfg.grpo.adv_eps).reshape(-1)
-            upd = a.step(forwards.pop(a.name), adv, max_len=cfg.rollout.max_new_tokens)
+            r_of[a.name] = r = torch.tensor(rewards[a.name].rewards, dtype=torch.float32)  # (P, K)
+            check_finite(r, "rewards", a.name, step)
+            adv_of[a.name] = self._advantages(a.name, r, rewards, override, lengths)
+            check_finite(adv_of[a.name], "advantages", a.name, step)
+        for a in self.agents:
+            try:
+                upd = a.step(forwards.pop(a.name), adv_of[a.name], max_len=cfg.rollout.max_new_tokens)
+            except NumericalError as e:
+                raise NumericalError(e.quantity, a.name, step, e.detail) from None
             if self.method.teacher:
                 a.ema_update(self.method.teacher_alpha(step, cfg.run.steps))
             result.metrics[a.name] = agent_diagnostics(
                 rollouts=rollouts[a.name], rewards=rewards[a.name], truth=truth, k=k, own_votes=votes[a.name],
                 other_votes={o.name: votes[o.name] for o in self.agents if o.name != a.name},
                 lengths=[len(c.token_ids) for c in train_comps[a.name]], update=upd,
-                zero_std_fraction=grpo.zero_std_fraction(r))
+                zero_std_fraction=grpo.zero_std_fraction(r_of[a.name]))
         timer["update"] = time.perf_counter() - t0
         result.seconds = timer
 
@@ -154,6 +167,20 @@ class Trainer:
         if every and (step % every == 0 or step == cfg.run.steps - 1):
             result.samples = self._samples(step, problems, prompts, comps, rollouts, rewards, truth)
         return result
+
+    def _advantages(self, name: str, r: torch.Tensor, rewards: dict[str, Any], override: dict[str, Any] | None,
+                    lengths: dict[str, list[int]]) -> torch.Tensor:
+        """(N,) advantages of one agent: the method's override, else GRPO group advantages of its (P, K) rewards."""
+        if override is not None and name in override:
+            adv = torch.as_tensor(override[name], dtype=torch.float32).reshape(-1)
+            if adv.numel() != len(lengths[name]):
+                raise RuntimeError(f"{type(self.method).__name__}.advantages gave {adv.numel()} advantages for "
+                                   f"agent {name}, which trains on {len(lengths[name])} samples")
+            return adv
+        if rewards[name].extra:
+            raise RuntimeError(f"{type(self.method).__name__} returned extra samples for agent {name} but no "
+                               "advantages for them; override Method.advantages")
+        return grpo.group_advantages(r, scale_std=self.cfg.grpo.scale_std, eps=self.cfg.grpo.adv_eps).reshape(-1)
 
     def _generator(self, step: int) -> Generate:
         """Extra generations for interactive methods: same engine and sampling settings, a seed per (agent, role)."""

@@ -300,6 +300,18 @@ def _as_number(s: str) -> Optional[int | float | Fraction]:
     return None
 
 
+def _int_equal(a: str, b: str) -> bool:
+    """Equality of two integer strings; beyond Python's int-conversion digit limit, by canonical digits."""
+    try:
+        return int(a) == int(b)
+    except ValueError:
+        def canon(x: str) -> str:
+            sign, digits = ("-", x[1:]) if x.startswith("-") else ("", x.lstrip("+"))
+            digits = digits.lstrip("0") or "0"
+            return digits if digits == "0" else sign + digits
+        return canon(a) == canon(b)
+
+
 def _numbers_close(a: int | float | Fraction, b: int | float | Fraction) -> bool:
     """Exact for two integers, otherwise equal within a 1e-9 relative tolerance."""
     if a == b:
@@ -347,7 +359,7 @@ def is_equivalent(pred: Optional[str], gold: Optional[str]) -> bool:
     if pred == gold:
         return True
     if _INT_RE.fullmatch(pred) and _INT_RE.fullmatch(gold):  # hot path: short integer answers
-        return int(pred) == int(gold)
+        return _int_equal(pred, gold)
     if _PLAIN_NUMBER_RE.fullmatch(pred) and _PLAIN_NUMBER_RE.fullmatch(gold):  # plain decimals
         return _numbers_close(float(pred), float(gold))
     p, g = _normalize_cached(pred), _normalize_cached(gold)

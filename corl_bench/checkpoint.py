@@ -1,0 +1,170 @@
+"""Training checkpoints that hold everything a bit-identical resume needs, written so a crash never corrupts one.
+
+Layout under ``<run>/checkpoints/``::
+
+    step-000020/                 a complete checkpoint: training resumes at step 20
+        agent-<name>.pt          weights, AdamW state, reference / EMA teacher weights (torch.save)
+        state.pt                 step, data-stream position, method state, Python / NumPy / torch RNG states
+        COMPLETE                 written last; a folder without it is an interrupted write and is ignored
+    latest                       the name of the newest complete checkpoint (replaced atomically)
+
+Writing: everything goes into ``.tmp-step-000020-<pid>/``, each file is fsynced, ``COMPLETE`` is written, the folder
+is fsynced and renamed into place, ``latest`` is replaced atomically, and only then are older checkpoints removed —
+so at every instant the previous good checkpoint exists. Rollout sampling needs no RNG state of its own: every
+generate call is seeded from (run seed, agent, step), so restoring the step restores the samplers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+CHECKPOINTS = "checkpoints"
+COMPLETE = "COMPLETE"
+_STEP_DIR = re.compile(r"^step-(\d{6})$")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _save(obj: Any, path: Path) -> None:
+    import torch
+
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def rng_state() -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def agent_state(agent: Any) -> dict[str, Any]:
+    return {"model": agent.model.state_dict(), "optimizer": agent.optimizer.state_dict(),
+            "reference": agent.reference.state_dict() if agent.reference is not None else None}
+
+
+def load_agent_state(agent: Any, state: dict[str, Any]) -> None:
+    agent.model.load_state_dict(state["model"])
+    agent.optimizer.load_state_dict(state["optimizer"])
+    if state.get("reference") is not None:
+        if agent.reference is None:
+            raise RuntimeError(f"checkpoint of agent {agent.name} has a reference model but the agent has none")
+        agent.reference.load_state_dict(state["reference"])
+
+
+def save_checkpoint(run_dir: Path, step: int, agents: Sequence[Any], trainer_state: dict[str, Any],
+                    keep: int = 1) -> Path:
+    """Write the checkpoint to resume at ``step``; keeps the newest ``keep`` complete ones (>= 1)."""
+    root = run_dir / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step:06d}"
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    for a in agents:
+        _save(agent_state(a), tmp / f"agent-{a.name}.pt")
+    _save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "state.pt")
+    with open(tmp / COMPLETE, "w") as f:
+        f.write(f"{step}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    final = root / name
+    if final.exists():  # a complete checkpoint of the same step (a rerun after a crash right after the rename)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(root)
+    latest_tmp = root / f".latest-{os.getpid()}"
+    latest_tmp.write_text(name + "\n")
+    os.replace(latest_tmp, root / "latest")
+    _fsync_dir(root)
+    for old in complete_checkpoints(run_dir)[:-max(1, keep)]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoint folders, oldest first."""
+    root = run_dir / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name) and (p / COMPLETE).is_file()]
+    return sorted(found, key=lambda p: p.name)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint (``latest`` if it names a complete one, else the newest found)."""
+    found = complete_checkpoints(run_dir)
+    pointer = run_dir / CHECKPOINTS / "latest"
+    if pointer.is_file():
+        named = run_dir / CHECKPOINTS / pointer.read_text().strip()
+        if named in found:
+            return max(found[-1], named, key=lambda p: p.name)
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path, agents: Sequence[Any]) -> dict[str, Any]:
+    """Restore every agent and the RNGs; returns the trainer state (``step`` = the next step to run)."""
+    import torch
+
+    for a in agents:
+        load_agent_state(a, torch.load(path / f"agent-{a.name}.pt", weights_only=False))
+    state = torch.load(path / "state.pt", weights_only=False)
+    set_rng_state(state.pop("rng"))
+    return state
+
+
+def run_fingerprint(run_dir: Path) -> dict[str, Any]:
+    """What a run produced that must not depend on interruptions: metrics (timings dropped), samples, predictions
+    and final weights (the resume acceptance test and ``scripts/kill_test.py`` compare these)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    metrics = [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
+               for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    samples = (run_dir / "samples.jsonl").read_text() if (run_dir / "samples.jsonl").is_file() else ""
+    preds = {str(p.relative_to(run_dir)): p.read_text() for p in sorted((run_dir / "eval").rglob("*.jsonl"))}
+    weights = {p.parent.name: load_file(p) for p in sorted((run_dir / "checkpoints" / "final").glob("*/model.safetensors"))}
+    return {"metrics": metrics, "samples": samples, "predictions": preds, "weights": weights}
+
+
+def fingerprint_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Names of the parts that differ (empty = bit-identical)."""
+    import torch
+
+    out = [key for key in ("metrics", "samples", "predictions") if a[key] != b[key]]
+    if a["weights"].keys() != b["weights"].keys() or any(
+            a["weights"][ag].keys() != b["weights"][ag].keys() or
+            not all(torch.equal(a["weights"][ag][k], b["weights"][ag][k]) for k in a["weights"][ag])
+            for ag in a["weights"]):
+        out.append("weights")
+    return out

@@ -1,0 +1,168 @@
+"""``corl-bench sweep``: a grid of methods x cohorts x seeds from one YAML, run one cell after another.
+
+    name: micro-quick
+    output_dir: results/sweeps/micro-quick     # cells go to <output_dir>/runs/<method>-<cohort>-s<seed>/
+    methods: [corl, ttrl, gt-reward]
+    cohorts: [single, cross-family]
+    seeds: [0, 1, 2]
+    set: {run.steps: 30}                       # --set overrides for every cell (optional)
+    cells: [{method: corl, cohort: three-agent}]   # extra cells beyond the product (optional)
+
+Pairs a method cannot run (a multi-agent method on ``single``) are skipped and listed, not errors. A finished cell
+is skipped; an interrupted one is resumed from its last checkpoint (same config required); the rest start fresh.
+One progress display covers the whole grid; each cell's own output is quiet (its run directory has everything).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import yaml
+
+from corl_bench.config import ConfigError, load_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Cell:
+    method: str
+    cohort: str
+    seed: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.method}-{self.cohort}-s{self.seed}"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    output_dir: str
+    methods: tuple[str, ...] = ()
+    cohorts: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (0,)
+    set: dict[str, Any] = field(default_factory=dict)
+    cells: tuple[dict[str, Any], ...] = ()
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} does not exist; pass a YAML with methods, cohorts and seeds")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a sweep is a mapping with methods, cohorts and seeds")
+    valid = {"name", "output_dir", "methods", "cohorts", "seeds", "set", "cells"}
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]!r} is not a sweep field; valid: {', '.join(sorted(valid))}")
+    name = str(raw.get("name") or path.stem)
+    seeds = raw.get("seeds", [0])
+    if not isinstance(seeds, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise ConfigError(f"{path}: seeds must be a list of integers, e.g. [0, 1, 2]")
+    for key in ("methods", "cohorts"):
+        if not isinstance(raw.get(key, []), list):
+            raise ConfigError(f"{path}: {key} must be a list of names")
+    if not isinstance(raw.get("set", {}), dict):
+        raise ConfigError(f"{path}: set must be a mapping of config fields, e.g. {{run.steps: 30}}")
+    cells = raw.get("cells", [])
+    if not isinstance(cells, list) or not all(isinstance(c, dict) and {"method", "cohort"} <= set(c) for c in cells):
+        raise ConfigError(f"{path}: cells must be a list of {{method: ..., cohort: ...}}")
+    return SweepSpec(name=name, output_dir=str(raw.get("output_dir") or f"results/sweeps/{name}"),
+                     methods=tuple(raw.get("methods", [])), cohorts=tuple(raw.get("cohorts", [])),
+                     seeds=tuple(seeds), set=dict(raw.get("set", {})), cells=tuple(cells))
+
+
+def cell_config(spec: SweepSpec, cell: Cell) -> Any:
+    sets = [f"{k}={v}" for k, v in spec.set.items()]
+    return load_config(None, sets + [f"method.name={cell.method}", f"cohort.name={cell.cohort}",
+                                     f"run.seed={cell.seed}", f"run.output_dir={Path(spec.output_dir) / 'runs'}",
+                                     f"run.run_id={cell.run_id}"])
+
+
+def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
+    """(valid cells in order, skipped pairs with the reason). Every config is resolved before anything runs."""
+    from corl_bench.runner import resolve
+
+    pairs = [(m, c) for m in spec.methods for c in spec.cohorts]
+    pairs += [(str(c["method"]), str(c["cohort"])) for c in spec.cells if (c["method"], c["cohort"]) not in pairs]
+    cells, skipped = [], []
+    for method, cohort in pairs:
+        for seed in spec.seeds:
+            cell = Cell(method, cohort, seed)
+            try:
+                resolve(cell_config(spec, cell))
+            except ConfigError as e:
+                if "agents but cohort" in str(e) or "at most" in str(e):
+                    if seed == spec.seeds[0]:
+                        skipped.append(f"{method} x {cohort}: {e}")
+                    continue
+                raise ConfigError(f"sweep cell {cell.run_id}: {e}") from None
+            cells.append(cell)
+    return cells, skipped
+
+
+def cell_status(spec: SweepSpec, cell: Cell) -> str:
+    """finished | interrupted | new"""
+    from corl_bench.results import read_json
+
+    info = Path(spec.output_dir) / "runs" / cell.run_id / "run.json"
+    if not info.is_file():
+        return "new"
+    try:
+        return "finished" if read_json(info).get("status") == "finished" else "interrupted"
+    except (OSError, ValueError):
+        return "interrupted"
+
+
+def run_sweep(spec: SweepSpec, *, console: Any = None,
+              on_cell: Callable[[Cell, str], None] | None = None) -> dict[str, list[str]]:
+    """Run every cell not yet finished; returns {finished, skipped, resumed, ran, failed} run ids."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from corl_bench.runner import run
+
+    cells, skipped = plan(spec)
+    out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "resumed": [], "ran": [], "failed": []}
+    console = console or Console(stderr=True)
+    quiet = Console(quiet=True)
+    with Progress(TextColumn(f"[bold]sweep {spec.name}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[cell]}"),
+                  console=console) as progress:
+        task = progress.add_task("sweep", total=len(cells), cell="")
+        for cell in cells:
+            status = cell_status(spec, cell)
+            progress.update(task, cell=f"{cell.run_id} ({status})")
+            if not console.is_terminal:
+                console.log(f"sweep {spec.name}: {cell.run_id} ({status})")
+            if on_cell is not None:
+                on_cell(cell, status)
+            if status == "finished":
+                out["finished"].append(cell.run_id)
+            else:
+                run_dir = Path(spec.output_dir) / "runs" / cell.run_id
+                try:
+                    run(cell_config(spec, cell), console=quiet, resume=run_dir if status == "interrupted" else None,
+                        auto_resume=False)
+                except ConfigError:
+                    raise
+                except Exception as e:  # one cell's failure (e.g. NaN) must not stop the grid
+                    log.error("sweep cell %s failed: %s", cell.run_id, e)
+                    out["failed"].append(cell.run_id)
+                else:
+                    out["resumed" if status == "interrupted" else "ran"].append(cell.run_id)
+            progress.advance(task, 1)
+    return out
+
+
+def describe(result: dict[str, list[str]]) -> Sequence[str]:
+    lines = [f"{k}: {len(v)}" + (f" ({', '.join(v)})" if v and k != "finished" else "") for k, v in result.items()]
+    return lines

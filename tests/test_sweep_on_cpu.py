@@ -1,0 +1,72 @@
+"""corl-bench sweep: the grid is planned and validated first, invalid pairs are listed, finished cells are
+skipped and an interrupted cell is resumed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corl_bench.config import ConfigError
+from corl_bench.registries import FAMILIES
+from corl_bench.sweep import Cell, load_sweep, plan, run_sweep
+from tests.conftest import tiny_family
+
+pytestmark = pytest.mark.slow
+
+
+def write_sweep(tmp_path: Path, **over) -> Path:
+    for name in ("qwen2-bpe", "neox-bpe"):
+        fam = tiny_family(name, warmstart_steps=4, warmstart_batch=16)
+        if fam.name not in FAMILIES:
+            FAMILIES.register(fam.name, fam)
+    from corl_bench.registries import COHORTS, cohort_from_yaml
+
+    for name, agents in (("tiny-one", "[{name: a0, family: tiny-qwen2-bpe}]"),
+                         ("tiny-two", "[{name: a0, family: tiny-qwen2-bpe}, "
+                                      "{name: a1, family: tiny-neox-bpe, seed_offset: 1}]")):
+        if name not in COHORTS:
+            COHORTS.register(name, cohort_from_yaml(name, f"name: {name}\nprofile: micro\nagents: {agents}\n"))
+    spec = {"name": "t", "output_dir": str(tmp_path / "sweep"), "methods": ["ttrl", "corl"],
+            "cohorts": ["tiny-one", "tiny-two"], "seeds": [0],
+            "set": {"run.steps": 2, "model.cache_dir": str(tmp_path / "cache"), "rollout.prompts_per_step": 2,
+                    "rollout.samples_per_prompt": 2, "rollout.max_new_tokens": 8, "eval.max_problems": 2,
+                    "eval.samples": 1, "eval.max_new_tokens": 8, "run.checkpoint_every": 1}, **over}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_plan_lists_invalid_pairs_and_validates_every_cell(tmp_path):
+    spec = load_sweep(write_sweep(tmp_path))
+    cells, skipped = plan(spec)
+    assert cells == [Cell("ttrl", "tiny-one", 0), Cell("ttrl", "tiny-two", 0), Cell("corl", "tiny-two", 0)]
+    assert len(skipped) == 1 and skipped[0].startswith("corl x tiny-one: method 'corl' needs at least 2 agents")
+    with pytest.raises(ConfigError, match="sweep cell ttrl-tiny-one-s0: .*grpo.lr"):
+        plan(load_sweep(write_sweep(tmp_path, set={"grpo.lr": -1})))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("methods: [corl]\nseeds: one\n")
+    with pytest.raises(ConfigError, match="seeds must be a list of integers"):
+        load_sweep(bad)
+
+
+def test_sweep_runs_the_grid_skips_finished_and_resumes_interrupted(tmp_path, monkeypatch):
+    from corl_bench.trainer import Trainer
+
+    spec = load_sweep(write_sweep(tmp_path))
+    original = Trainer.step
+
+    def crash_in_corl(self, step):
+        if self.method.name == "corl" and step == 1:
+            raise RuntimeError("simulated crash")
+        return original(self, step)
+
+    monkeypatch.setattr(Trainer, "step", crash_in_corl)
+    first = run_sweep(spec)
+    assert first["ran"] == ["ttrl-tiny-one-s0", "ttrl-tiny-two-s0"] and first["failed"] == ["corl-tiny-two-s0"]
+    monkeypatch.setattr(Trainer, "step", original)
+    second = run_sweep(spec)
+    assert second["finished"] == ["ttrl-tiny-one-s0", "ttrl-tiny-two-s0"] and second["resumed"] == ["corl-tiny-two-s0"]
+    info = json.loads((Path(spec.output_dir) / "runs" / "corl-tiny-two-s0" / "run.json").read_text())
+    assert info["status"] == "finished" and len(info["resumed_at"]) == 1
