@@ -64,7 +64,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     backend: str = "hf"
-    """rollout engine: ``hf`` (transformers generate with KV cache)"""
+    """rollout engine: ``hf`` (transformers generate with KV cache) or ``fast`` (shared prefill per prompt and
+    finished rows dropped from the batch; what ``corl-bench eval`` uses)"""
     prompts_per_step: int = 16
     """prompts per training step; every agent sees the same prompts in the same order"""
     samples_per_prompt: int = 8
@@ -75,7 +76,7 @@ class RolloutConfig:
     """completion cap; completions that hit it count as clipped"""
 
     def __post_init__(self) -> None:
-        _check(self.backend == "hf", f"rollout.backend {self.backend!r} is not available; set rollout.backend=hf")
+        _check(self.backend in ("hf", "fast"), f"rollout.backend {self.backend!r} is not available; set rollout.backend=hf or fast")
         _positive("rollout", "prompts_per_step", self.prompts_per_step, "16")
         _check(self.samples_per_prompt >= 2, f"rollout.samples_per_prompt must be >= 2 for group-normalised "
                f"advantages (got {self.samples_per_prompt}); set e.g. rollout.samples_per_prompt=8")

@@ -78,3 +78,49 @@ def test_engine_refuses_right_padding_tokenizer(tiny_qwen):
     right.padding_side = "right"
     with pytest.raises(ValueError, match="left"):
         make_engine("hf", model, right)
+
+
+# ------------------------------------------------------------------------------------------------ fast backend
+def test_fast_engine_greedy_equals_hf_generate(tiny_qwen):
+    from corl_bench.rollout import SamplingParams, make_engine
+
+    model, tok = tiny_qwen
+    prompts = ["Ava has 12 coins.\n", "Tom has 40 apples. He eats 3 and finds 9. How many apples now?\n", "7+"]
+    params = SamplingParams(n=1, greedy=True, max_new_tokens=12)
+    hf = make_engine("hf", model, tok).generate(prompts, params)
+    fast = make_engine("fast", model, tok).generate(prompts, params)
+    assert [[c.token_ids for c in row] for row in fast] == [[c.token_ids for c in row] for row in hf]
+    assert [[c.text for c in row] for row in fast] == [[c.text for c in row] for row in hf]
+
+
+def test_fast_engine_samples_k_per_prompt_with_logprobs_of_a_fresh_forward(tiny_qwen):
+    import torch
+
+    from corl_bench.rollout import SamplingParams, make_engine
+
+    model, tok = tiny_qwen
+    prompts = ["Ava has 12 coins.\n", "Tom has 40 apples.\n"]
+    params = SamplingParams(n=3, temperature=0.7, top_p=0.9, max_new_tokens=10, seed=5)
+    out = make_engine("fast", model, tok).generate(prompts, params)
+    again = make_engine("fast", model, tok).generate(prompts, params)
+    assert [[c.token_ids for c in r] for r in out] == [[c.token_ids for c in r] for r in again]  # seeded
+    assert len(out) == 2 and all(len(r) == 3 for r in out)
+    c = out[1][2]
+    ids = tok(prompts[1], return_tensors="pt")["input_ids"]
+    full = torch.cat([ids, torch.tensor([c.token_ids])], dim=1)
+    with torch.no_grad():
+        logits = model(input_ids=full).logits[0, ids.shape[1] - 1: -1] / 0.7
+    want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids).unsqueeze(-1)).squeeze(-1)
+    assert torch.allclose(torch.tensor(c.logprobs), want, atol=1e-4)
+
+
+def test_fast_engine_stops_rows_independently(tiny_qwen):
+    from corl_bench.rollout import SamplingParams, make_engine
+
+    model, tok = tiny_qwen
+    prompts = [f"Ava has {i} coins.\n" for i in range(8)]
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=15, seed=1, stop=("=",))
+    for row in make_engine("fast", model, tok).generate(prompts, params):
+        for c in row:
+            assert "=" not in c.text
+            assert len(c.token_ids) <= 15

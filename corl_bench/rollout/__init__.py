@@ -14,7 +14,11 @@ def make_engine(backend: str, model, tokenizer, **kwargs) -> RolloutEngine:
         from corl_bench.rollout.hf import HFEngine
 
         return HFEngine(model, tokenizer, **kwargs)
-    raise ValueError(f"unknown rollout backend {backend!r}; valid: hf")
+    if backend == "fast":
+        from corl_bench.rollout.fast import FastEngine
+
+        return FastEngine(model, tokenizer, **kwargs)
+    raise ValueError(f"unknown rollout backend {backend!r}; valid: hf, fast")
 
 
 __all__ = ["Completion", "RolloutEngine", "SamplingParams", "make_engine"]
