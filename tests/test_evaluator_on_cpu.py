@@ -25,7 +25,7 @@ ITEMS = [Item(f"p{i}", f"Ava has {10 + i} coins. She finds 2. How many coins now
 
 
 class CountingModel:
-    """Wraps a real model to count generate calls (a spy, not a fake: generation is the real model's)."""
+    """Wraps a real model to count forward calls (a spy, not a fake: every token is the real model's)."""
 
     def __init__(self, model):
         self._m, self.calls = model, 0
@@ -33,9 +33,9 @@ class CountingModel:
     def __getattr__(self, name):
         return getattr(self._m, name)
 
-    def generate(self, *a, **kw):
+    def __call__(self, *a, **kw):
         self.calls += 1
-        return self._m.generate(*a, **kw)
+        return self._m(*a, **kw)
 
 
 def test_predictions_are_written_per_sample_and_a_rerun_generates_nothing(tiny_qwen, tmp_path):
