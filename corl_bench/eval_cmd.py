@@ -115,11 +115,29 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
             else:
                 scores = evaluate_spec(model, tok, spec, items, out_path=path, seed=seed, decoding=dec,
                                        code_timeout=code_timeout, workers=workers, chunk=chunk)
-            results.setdefault(name, {})[spec.name] = scores.__dict__
+            lo, hi = avg_ci(path, spec, {it.id for it in items})
+            results.setdefault(name, {})[spec.name] = {**scores.__dict__, "avg_k_ci95": [lo, hi]}
             report(f"{name} {spec.key}: n={scores.n_problems} k={scores.k} avg@k={_pct(scores.avg_k)} "
+                   f"[95% CI {_pct(lo)}-{_pct(hi)}] "
                    f"greedy={_pct(scores.greedy)} maj@k={_pct(scores.maj_k)} pass@k={_pct(scores.pass_k)} "
                    f"no-answer={_pct(scores.extraction_failure)} clipped={_pct(scores.clipped)}")
     return results
+
+
+def avg_ci(path: Path, spec: BenchmarkSpec, ids: set[str]) -> tuple[float | None, float | None]:
+    """Bootstrap 95 % interval of avg@k over problems (each problem's mean over its samples), from the rows."""
+    from corl_bench.evaluator import row_grader
+    from corl_bench.metrics import bootstrap_ci
+    from corl_bench.results import read_jsonl
+
+    grade = row_grader(spec)
+    per: dict[str, list[float]] = {}
+    for row in read_jsonl(path):
+        if str(row["problem_id"]) in ids and row["decoding"] == "sampled":
+            per.setdefault(str(row["problem_id"]), []).append(float(grade(row)[1]))
+    if not per:
+        return None, None
+    return bootstrap_ci([sum(v) / len(v) for v in per.values()])
 
 
 def _pct(x: float | None) -> str:
