@@ -172,6 +172,8 @@ class EvalConfig:
     max_new_tokens: int = 40
     before: bool = True
     """evaluate every agent before training (its base score)"""
+    every: int = 0
+    """also evaluate every N training steps (phases ``step-NNNNNN``, for training-dynamics plots); 0 = never"""
 
     def __post_init__(self) -> None:
         _check(len(self.benchmarks) > 0, "eval.benchmarks is empty; set e.g. eval.benchmarks=[micro-test]")
@@ -179,6 +181,7 @@ class EvalConfig:
         _positive("eval", "temperature", self.temperature, "1.0")
         _check(self.max_problems >= 0, f"eval.max_problems must be >= 0 (got {self.max_problems}); set eval.max_problems=0 for all")
         _positive("eval", "max_new_tokens", self.max_new_tokens, "40")
+        _check(self.every >= 0, f"eval.every must be >= 0 (got {self.every}); set eval.every=10 (0 = base and final only)")
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,8 @@ class RunConfig:
     """save every agent's final weights as a save_pretrained folder (checkpoints/final/<agent>)"""
     checkpoint_every: int = 10
     """write a resumable training checkpoint every N steps and after the last one (0 = never: no resume)"""
+    tag: str = ""
+    """a variant label recorded in run.json (e.g. ``budget-matched``); tables keep tagged runs in their own rows"""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, f"run.steps must be >= 0 (got {self.steps}); set e.g. run.steps=60")
@@ -206,6 +211,8 @@ class RunConfig:
         _check(self.samples_per_log >= 0, f"run.samples_per_log must be >= 0 (got {self.samples_per_log}); set run.samples_per_log=4")
         _check("/" not in self.run_id and self.run_id not in (".", ".."),
                f"run.run_id must be a plain directory name (got {self.run_id!r}); use letters, digits and '-'")
+        _check(all(c.isalnum() or c in "-_." for c in self.tag),
+               f"run.tag must use letters, digits, '-', '_' or '.' (got {self.tag!r}); e.g. run.tag=budget-matched")
 
 
 @dataclass(frozen=True)

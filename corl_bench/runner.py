@@ -80,7 +80,8 @@ def resolve(cfg: Config) -> Plan:
 
 def default_run_id(cfg: Config) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{cfg.method.name}-{cfg.cohort.name}-s{cfg.run.seed}-{stamp}"
+    tag = f"-{cfg.run.tag}" if cfg.run.tag else ""
+    return f"{cfg.method.name}-{cfg.cohort.name}{tag}-s{cfg.run.seed}-{stamp}"
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
@@ -197,7 +198,8 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
         (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
         write_json(run_dir / "env.json", environment_record(cfg.run.seed))
         info = {"run_id": run_dir.name, "method": cfg.method.name, "cohort": cfg.cohort.name,
-                "profile": cfg.model.profile, "seed": cfg.run.seed, "status": "running", "started_at": now_iso(),
+                "profile": cfg.model.profile, "seed": cfg.run.seed, "tag": cfg.run.tag, "status": "running",
+                "started_at": now_iso(),
                 "agents": [{"name": a.name, "family": a.family, "view": a.view} for a in cfg.cohort.agents],
                 "steps": cfg.run.steps, "phases": [], "timings": {}}
     started = time.time() - float(info.get("wall_seconds") or 0.0)
@@ -255,6 +257,8 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                     trainer.write(result)
                     history.append(result.metrics)
                     prog.advance(task, 1, status=_status_line(result.metrics))
+                    if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.run.steps:
+                        run_eval(f"step-{step + 1:06d}")  # before the checkpoint: a crash in it is redone on resume
                     if every and ((step + 1) % every == 0 or step + 1 == cfg.run.steps):
                         save_checkpoint(run_dir, step + 1, agents, trainer.state_dict())
                 info["timings"]["train"] = info["timings"].get("train", 0.0) + time.perf_counter() - t

@@ -6,11 +6,14 @@
     cohorts: [single, cross-family]
     seeds: [0, 1, 2]
     set: {run.steps: 30}                       # --set overrides for every cell (optional)
-    cells: [{method: corl, cohort: three-agent}]   # extra cells beyond the product (optional)
+    cells:                                     # extra cells beyond the product (optional)
+      - {method: corl, cohort: three-agent}
+      - {method: ttrl, cohort: single, tag: budget-matched, set: {rollout.prompts_per_step: 32}}
 
 Pairs a method cannot run (a multi-agent method on ``single``) are skipped and listed, not errors. A finished cell
 is skipped; an interrupted one is resumed from its last checkpoint (same config required); the rest start fresh.
-One progress display covers the whole grid; each cell's own output is quiet (its run directory has everything).
+A tagged extra cell is a variant with its own overrides: its run id and ``run.json`` carry the tag, and tables keep
+it in its own row. One progress display covers the whole grid; each cell's own output is quiet (its run directory has everything).
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ class Cell:
     method: str
     cohort: str
     seed: int
+    tag: str = ""
+    sets: tuple[tuple[str, Any], ...] = ()
+    """this cell's own --set overrides (after the sweep's)"""
 
     @property
     def run_id(self) -> str:
-        return f"{self.method}-{self.cohort}-s{self.seed}"
+        tag = f"-{self.tag}" if self.tag else ""
+        return f"{self.method}-{self.cohort}{tag}-s{self.seed}"
 
 
 @dataclass(frozen=True)
@@ -74,34 +81,48 @@ def load_sweep(path: Path) -> SweepSpec:
     cells = raw.get("cells", [])
     if not isinstance(cells, list) or not all(isinstance(c, dict) and {"method", "cohort"} <= set(c) for c in cells):
         raise ConfigError(f"{path}: cells must be a list of {{method: ..., cohort: ...}}")
+    for c in cells:
+        extra = sorted(set(c) - {"method", "cohort", "tag", "set"})
+        if extra:
+            raise ConfigError(f"{path}: cell field {extra[0]!r} is unknown; a cell has method, cohort, tag and set")
+        if not isinstance(c.get("set", {}), dict):
+            raise ConfigError(f"{path}: a cell's set must be a mapping, e.g. {{rollout.prompts_per_step: 32}}")
+        if c.get("set") and not c.get("tag"):
+            raise ConfigError(f"{path}: cell {c['method']} x {c['cohort']} has its own set but no tag; add e.g. "
+                              "tag: budget-matched so its runs get their own id and table row")
     return SweepSpec(name=name, output_dir=str(raw.get("output_dir") or f"results/sweeps/{name}"),
                      methods=tuple(raw.get("methods", [])), cohorts=tuple(raw.get("cohorts", [])),
                      seeds=tuple(seeds), set=dict(raw.get("set", {})), cells=tuple(cells))
 
 
 def cell_config(spec: SweepSpec, cell: Cell) -> Any:
-    sets = [f"{k}={v}" for k, v in spec.set.items()]
-    return load_config(None, sets + [f"method.name={cell.method}", f"cohort.name={cell.cohort}",
-                                     f"run.seed={cell.seed}", f"run.output_dir={Path(spec.output_dir) / 'runs'}",
-                                     f"run.run_id={cell.run_id}"])
+    sets = [f"{k}={v}" for k, v in spec.set.items()] + [f"{k}={v}" for k, v in cell.sets]
+    tag = [f"run.tag={cell.tag}"] if cell.tag else []
+    return load_config(None, sets + tag + [f"method.name={cell.method}", f"cohort.name={cell.cohort}",
+                                           f"run.seed={cell.seed}", f"run.output_dir={Path(spec.output_dir) / 'runs'}",
+                                           f"run.run_id={cell.run_id}"])
 
 
 def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
     """(valid cells in order, skipped pairs with the reason). Every config is resolved before anything runs."""
     from corl_bench.runner import resolve
 
-    pairs = [(m, c) for m in spec.methods for c in spec.cohorts]
-    pairs += [(str(c["method"]), str(c["cohort"])) for c in spec.cells if (c["method"], c["cohort"]) not in pairs]
+    pairs: list[tuple[str, str, str, tuple[tuple[str, Any], ...]]] = [
+        (m, c, "", ()) for m in spec.methods for c in spec.cohorts]
+    for c in spec.cells:
+        pair = (str(c["method"]), str(c["cohort"]), str(c.get("tag") or ""), tuple((c.get("set") or {}).items()))
+        if pair[:3] not in [p[:3] for p in pairs]:
+            pairs.append(pair)
     cells, skipped = [], []
-    for method, cohort in pairs:
+    for method, cohort, tag, sets in pairs:
         for seed in spec.seeds:
-            cell = Cell(method, cohort, seed)
+            cell = Cell(method, cohort, seed, tag, sets)
             try:
                 resolve(cell_config(spec, cell))
             except ConfigError as e:
                 if "agents but cohort" in str(e) or "at most" in str(e):
                     if seed == spec.seeds[0]:
-                        skipped.append(f"{method} x {cohort}: {e}")
+                        skipped.append(f"{method} x {cohort}{' (' + tag + ')' if tag else ''}: {e}")
                     continue
                 raise ConfigError(f"sweep cell {cell.run_id}: {e}") from None
             cells.append(cell)

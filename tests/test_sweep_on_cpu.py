@@ -70,3 +70,29 @@ def test_sweep_runs_the_grid_skips_finished_and_resumes_interrupted(tmp_path, mo
     assert second["finished"] == ["ttrl-tiny-one-s0", "ttrl-tiny-two-s0"] and second["resumed"] == ["corl-tiny-two-s0"]
     info = json.loads((Path(spec.output_dir) / "runs" / "corl-tiny-two-s0" / "run.json").read_text())
     assert info["status"] == "finished" and len(info["resumed_at"]) == 1
+
+
+def test_tagged_cell_is_a_variant_with_its_own_overrides_and_run_id(tmp_path):
+    cells = [{"method": "ttrl", "cohort": "tiny-one", "tag": "budget-matched",
+              "set": {"rollout.prompts_per_step": 4, "eval.every": 1}}]
+    spec = load_sweep(write_sweep(tmp_path, methods=["ttrl"], cohorts=["tiny-one"], cells=cells))
+    planned, _ = plan(spec)
+    assert [c.run_id for c in planned] == ["ttrl-tiny-one-s0", "ttrl-tiny-one-budget-matched-s0"]
+    result = run_sweep(spec)
+    assert result["ran"] == ["ttrl-tiny-one-s0", "ttrl-tiny-one-budget-matched-s0"]
+    runs = Path(spec.output_dir) / "runs"
+    plain = json.loads((runs / "ttrl-tiny-one-s0" / "run.json").read_text())
+    variant = json.loads((runs / "ttrl-tiny-one-budget-matched-s0" / "run.json").read_text())
+    assert plain["tag"] == "" and variant["tag"] == "budget-matched"
+    assert "rollout:\n  backend: hf\n  prompts_per_step: 4" in (runs / variant["run_id"] / "config.yaml").read_text()
+    # eval.every=1 over 2 steps: base, the step-1 point, final (the last step is the final evaluation)
+    assert variant["phases"] == ["base", "step-000001", "final"] and plain["phases"] == ["base", "final"]
+    assert (runs / variant["run_id"] / "eval" / "step-000001" / "a0").is_dir()
+
+
+def test_bad_cells_are_refused_with_the_fix(tmp_path):
+    for cells, msg in (([{"method": "ttrl", "cohort": "tiny-one", "set": {"run.steps": 3}}], "no tag"),
+                       ([{"method": "ttrl", "cohort": "tiny-one", "seeds": [1]}], "'seeds' is unknown"),
+                       ([{"method": "ttrl", "cohort": "tiny-one", "tag": "x", "set": [1]}], "must be a mapping")):
+        with pytest.raises(ConfigError, match=msg):
+            load_sweep(write_sweep(tmp_path, cells=cells))
