@@ -104,7 +104,7 @@ def cell_config(spec: SweepSpec, cell: Cell) -> Any:
 
 
 def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
-    """(valid cells in order, skipped pairs with the reason). Every config is resolved before anything runs."""
+    """(valid cells, seed by seed, and the skipped pairs with the reason). Every config is resolved before anything runs."""
     from corl_bench.runner import resolve
 
     pairs: list[tuple[str, str, str, tuple[tuple[str, Any], ...]]] = [
@@ -114,8 +114,8 @@ def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
         if pair[:3] not in [p[:3] for p in pairs]:
             pairs.append(pair)
     cells, skipped = [], []
-    for method, cohort, tag, sets in pairs:
-        for seed in spec.seeds:
+    for seed in spec.seeds:  # seed-major: a grid stopped early still has whole seeds
+        for method, cohort, tag, sets in pairs:
             cell = Cell(method, cohort, seed, tag, sets)
             try:
                 resolve(cell_config(spec, cell))
