@@ -6,6 +6,7 @@
     method:  which registered method turns rollouts into rewards, plus its own options
     cohort:  which agents train together (a registered cohort, or agents spelled out)
     eval:    what is evaluated before/after training and how
+    data:    the unlabeled training stream (unlimited, or a fixed pool read in reshuffled epochs)
     run:     seed, steps, output directory, logging cadence
 
 A YAML file mirrors this nesting; ``corl-bench run --set grpo.lr=3e-5`` overrides one field. Every field is
@@ -185,6 +186,17 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    train_pool: int = 0
+    """0 = the profile's unlimited training stream; N = a fixed pool of its first N problems, read in epochs,
+    each epoch in a new seeded order (like a finite training set)"""
+
+    def __post_init__(self) -> None:
+        _check(self.train_pool >= 0, f"data.train_pool must be >= 0 (got {self.train_pool}); "
+               "set data.train_pool=0 for the unlimited stream")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     seed: int = 0
     steps: int = 50
@@ -223,6 +235,7 @@ class Config:
     method: MethodConfig = field(default_factory=MethodConfig)
     cohort: CohortConfig = field(default_factory=CohortConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    data: DataConfig = field(default_factory=DataConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,10 +13,11 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
 import zlib
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import count, islice
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,7 +25,7 @@ import torch
 
 from corl_bench import grpo
 from corl_bench.agent import Agent, NumericalError, check_finite, concat_forwards
-from corl_bench.config import Config
+from corl_bench.config import Config, ConfigError
 from corl_bench.diagnostics import agent_diagnostics
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.results import append_jsonl
@@ -63,7 +64,7 @@ class Trainer:
         self.method = method
         self.profile = profile
         self.run_dir = run_dir
-        self.stream: Iterator[Any] = profile.training_problems(cfg.run.seed)
+        self.stream: Iterator[Any] = self._training_stream()
         self.consumed = 0  # problems taken from the stream so far (the data position a checkpoint records)
 
     def state_dict(self) -> dict[str, Any]:
@@ -71,13 +72,33 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the data position (the seeded stream is replayed to it) and the method's state."""
-        self.stream = self.profile.training_problems(self.cfg.run.seed)
+        self.stream = self._training_stream()
         skipped = sum(1 for _ in islice(self.stream, state["consumed"]))
         if skipped != state["consumed"]:
             raise RuntimeError(f"the training stream ended after {skipped} problems; the checkpoint is at "
                                f"{state['consumed']}")
         self.consumed = skipped
         self.method.load_state_dict(state.get("method") or {})
+
+    def _training_stream(self) -> Iterator[Any]:
+        """The profile's stream, or (``data.train_pool`` = N) its first N problems in epochs, each epoch
+        shuffled by ``Random((run seed, epoch))`` so that a resumed run replays exactly the same order."""
+        seed, pool_size = self.cfg.run.seed, self.cfg.data.train_pool
+        stream = self.profile.training_problems(seed)
+        if not pool_size:
+            return stream
+        pool = list(islice(stream, pool_size))
+        if len(pool) < pool_size:
+            raise ConfigError(f"data.train_pool={pool_size} but the training set has {len(pool)} problems; "
+                              f"set data.train_pool={len(pool)} or less")
+
+        def epochs() -> Iterator[Any]:
+            for epoch in count():
+                order = list(range(len(pool)))
+                random.Random(f"{seed}:{epoch}").shuffle(order)
+                yield from (pool[i] for i in order)
+
+        return epochs()
 
     def step(self, step: int) -> StepResult:
         cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt

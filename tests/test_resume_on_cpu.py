@@ -59,7 +59,7 @@ def reference(root):
     return fingerprint(run(config(root, "reference")))
 
 
-def interrupted_run(root, out, monkeypatch, *, at_step=None, in_final_eval=False, method="corl"):
+def interrupted_run(root, out, monkeypatch, *, at_step=None, in_final_eval=False, method="corl", **extra):
     """Start a run that crashes at ``at_step`` (before that step) or inside the final evaluation."""
     import corl_bench.evaluation as evaluation
     from corl_bench.runner import run
@@ -81,7 +81,7 @@ def interrupted_run(root, out, monkeypatch, *, at_step=None, in_final_eval=False
         m.setattr(Trainer, "step", step)
         m.setattr(evaluation, "evaluate", evaluate)
         with pytest.raises(Interrupt):
-            run(config(root, out, method=method))
+            run(config(root, out, method=method, **extra))
     (run_dir,) = list((root / out).iterdir())
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
     return run_dir
@@ -244,3 +244,34 @@ def test_unwritable_results_directory_is_a_one_line_error(root, tmp_path):
     with pytest.raises(ConfigError, match="cannot create results directory .* set run.output_dir to a writable"):
         run(load_config(None, [f"run.output_dir={blocker / 'runs'}"]).replace(model=cfg.model, cohort=cfg.cohort,
                                                                               method=cfg.method))
+
+
+def test_resume_at_a_data_epoch_boundary_is_bit_identical(root, monkeypatch):
+    """A fixed pool of 6 problems read 3 per step: steps 0-1 are epoch 0, steps 2-3 epoch 1 (a new order).
+    A crash right at the boundary (before step 2) and inside epoch 1 (before step 3) resume to the same end."""
+    from corl_bench.runner import run
+
+    pool = {"data.train_pool": 6}
+    ref = fingerprint(run(config(root, "epoch-ref", **pool)))
+    for at_step in (2, 3):
+        out = f"epoch-{at_step}"
+        run_dir = interrupted_run(root, out, monkeypatch, at_step=at_step, **pool)
+        run(config(root, out, **pool), resume=run_dir)
+        assert same(fingerprint(run_dir), ref), f"resume before step {at_step} differs"
+
+
+def test_a_training_pool_is_read_in_reshuffled_epochs(root):
+    from corl_bench.micro.profile import MicroProfile
+    from corl_bench.trainer import Trainer
+
+    cfg = config(root, "pool", **{"data.train_pool": 5})
+    method = type("M", (), {"state_dict": lambda s: {}, "load_state_dict": lambda s, x: None})()
+    a = Trainer(cfg, [], method, MicroProfile(cfg.model), root)
+    ids = [next(a.stream).id for _ in range(15)]
+    epochs = [ids[0:5], ids[5:10], ids[10:15]]
+    assert all(sorted(e) == sorted(epochs[0]) for e in epochs) and len(set(map(tuple, epochs))) == 3
+    b = Trainer(cfg, [], method, MicroProfile(cfg.model), root)
+    b.load_state_dict({"consumed": 7, "method": {}})
+    assert [next(b.stream).id for _ in range(8)] == ids[7:15]
+    with pytest.raises(ConfigError, match="data.train_pool must be >= 0"):
+        config(root, "pool", **{"data.train_pool": -1})
