@@ -1,0 +1,249 @@
+"""The micro study's verdicts: each of the paper's claims as paired, per-seed comparisons of stored predictions.
+
+    from corl_bench.study import load_agent_scores, claim_comparisons, collapse_report, to_markdown
+    scores, warnings = load_agent_scores(Path("results/sweeps/micro-study-quick"))
+    print(to_markdown(claim_comparisons(scores)))
+
+Every number is recomputed from the prediction files (``eval/<phase>/<agent>/<benchmark>.jsonl``) with the
+benchmark's grader, as ``corl-bench table`` does. A comparison pairs two cells of the grid **seed by seed** (the same
+seed gives both cells the same base weights, training stream and evaluation sampling seed), so the per-seed
+difference removes the variation the two share. A cell's value for a backbone is the mean over its agents of that
+family (two for Co-RL same-family). Metrics are fractions; the markdown shows percentage points.
+
+Verdict rule (a heuristic for 3–5 seeds, not a significance test; it is printed with every table):
+``holds`` when the mean difference is positive, every seed agrees in sign and the mean exceeds twice its standard
+error; ``reversed`` for the mirror image; ``inconclusive`` otherwise (including fewer than two paired seeds).
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from corl_bench.metrics import score_predictions
+from corl_bench.results import read_json, read_jsonl
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AgentScores", "Cell", "Comparison", "claim_comparisons", "collapse_report", "compare",
+           "load_agent_scores", "to_markdown", "verdict"]
+
+METRIC_NAMES = {"avg_k": "pass@1", "greedy": "greedy", "maj_k": "maj@k"}
+
+
+@dataclass(frozen=True)
+class AgentScores:
+    """One agent of one finished run: its benchmark-averaged metrics before and after training."""
+
+    method: str
+    cohort: str
+    tag: str
+    agent: str
+    family: str
+    seed: int
+    final: dict[str, float]
+    """metric -> mean over the run's benchmarks (final phase)"""
+    base: dict[str, float]
+    """the same for the base phase ({} if the run has no base evaluation)"""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Selects agents: a method, optionally a cohort (None = any cohort; for single-agent methods, which train every
+    agent independently) and a tag ("" = untagged runs only). ``phase="base"`` selects their base scores."""
+
+    method: str
+    cohort: Optional[str] = None
+    tag: str = ""
+    phase: str = "final"
+
+    @property
+    def label(self) -> str:
+        name = self.method + (f" × {self.cohort}" if self.cohort else "") + (f" [{self.tag}]" if self.tag else "")
+        return f"{name} (base)" if self.phase == "base" else name
+
+
+def _mean_of(per_bench: Iterable[dict[str, Optional[float]]]) -> dict[str, float]:
+    per_bench = list(per_bench)
+    out = {}
+    for metric in METRIC_NAMES:
+        values = [m[metric] for m in per_bench if m.get(metric) is not None]
+        if values and len(values) == len(per_bench):
+            out[metric] = sum(values) / len(values)
+    return out
+
+
+def _phase(run_dir: Path, phase: str, agent: str) -> dict[str, float]:
+    from corl_bench.table import row_grader_for
+
+    folder = run_dir / "eval" / phase / agent
+    if not folder.is_dir():
+        return {}
+    per_bench = []
+    for path in sorted(folder.glob("*.jsonl")):
+        rows = read_jsonl(path)
+        if rows:
+            per_bench.append(score_predictions(rows, row_grader_for(path.stem)).metrics())
+    return _mean_of(per_bench) if per_bench else {}
+
+
+def load_agent_scores(results_dir: Path) -> tuple[list[AgentScores], list[str]]:
+    """Every agent of every finished run under ``results_dir``, and one-line warnings for runs skipped."""
+    from corl_bench.table import find_runs
+
+    out, warnings = [], []
+    for run_dir in find_runs(Path(results_dir)):
+        try:
+            info = read_json(run_dir / "run.json")
+            if info.get("status") != "finished":
+                warnings.append(f"{run_dir.name}: status {info.get('status')!r}; not used")
+                continue
+            for agent in info["agents"]:
+                final = _phase(run_dir, "final", agent["name"])
+                if final:
+                    out.append(AgentScores(info["method"], info["cohort"], str(info.get("tag") or ""),
+                                           agent["name"], str(agent.get("family", "")), int(info["seed"]), final,
+                                           _phase(run_dir, "base", agent["name"])))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            warnings.append(f"{run_dir.name}: unreadable ({type(e).__name__}: {e}); skipped")
+    return out, warnings
+
+
+def _per_seed(scores: Sequence[AgentScores], cell: Cell, family: str, metric: str) -> dict[int, float]:
+    """seed -> the cell's value for one backbone (mean over its agents of that family, first cohort by name if a
+    single-agent method ran in several)."""
+    chosen = [s for s in scores if s.method == cell.method and s.tag == cell.tag and s.family == family
+              and (cell.cohort is None or s.cohort == cell.cohort)]
+    if cell.cohort is None and chosen:
+        cohorts = sorted({s.cohort for s in chosen}, key=lambda c: (c != "single", c))
+        chosen = [s for s in chosen if s.cohort == cohorts[0]]
+    by_seed: dict[int, list[float]] = {}
+    for s in chosen:
+        value = (s.base if cell.phase == "base" else s.final).get(metric)
+        if value is not None:
+            by_seed.setdefault(s.seed, []).append(value)
+    return {seed: sum(v) / len(v) for seed, v in by_seed.items()}
+
+
+def verdict(diffs: Sequence[float], margin: float = 0.0) -> str:
+    """``holds`` / ``reversed`` / ``inconclusive`` for paired per-seed differences (see the module docstring);
+    ``margin`` is added to every difference first (``a`` at most ``margin`` below ``b`` counts as holding)."""
+    if len(diffs) < 2:
+        return "inconclusive"
+    diffs = [d + margin for d in diffs]
+    mean = statistics.fmean(diffs)
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    if all(d > 0 for d in diffs) and mean > 2 * se:
+        return "holds"
+    if all(d < 0 for d in diffs) and -mean > 2 * se:
+        return "reversed"
+    return "inconclusive"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``a`` minus ``b`` on one backbone and metric, paired by seed."""
+
+    claim: str
+    family: str
+    metric: str
+    a: str
+    b: str
+    seeds: tuple[int, ...]
+    a_values: tuple[float, ...]
+    b_values: tuple[float, ...]
+    margin: float = 0.0
+
+    @property
+    def diffs(self) -> tuple[float, ...]:
+        return tuple(x - y for x, y in zip(self.a_values, self.b_values))
+
+    @property
+    def mean(self) -> Optional[float]:
+        return statistics.fmean(self.diffs) if self.diffs else None
+
+    @property
+    def sd(self) -> Optional[float]:
+        return statistics.stdev(self.diffs) if len(self.diffs) >= 2 else None
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.diffs, self.margin)
+
+
+def compare(scores: Sequence[AgentScores], claim: str, a: Cell, b: Cell, family: str, metric: str,
+            margin: float = 0.0) -> Comparison:
+    """``a`` vs ``b`` for one backbone and metric over the seeds both have."""
+    va, vb = _per_seed(scores, a, family, metric), _per_seed(scores, b, family, metric)
+    seeds = tuple(sorted(set(va) & set(vb)))
+    return Comparison(claim, family, metric, a.label, b.label, seeds, tuple(va[s] for s in seeds),
+                      tuple(vb[s] for s in seeds), margin)
+
+
+CORL_CROSS = Cell("corl", "cross-family")
+#: The paper's claims as (claim, a, b, backbones, margin): "a above b - margin" on each backbone.
+Claim = tuple[str, Cell, Cell, tuple[str, ...], float]
+CLAIMS: tuple[Claim, ...] = (
+    ("Co-RL above TTRL", CORL_CROSS, Cell("ttrl"), ("qwen2-bpe", "llama-bpe"), 0.0),
+    ("Co-RL above Base", CORL_CROSS, Cell("corl", "cross-family", phase="base"), ("qwen2-bpe", "llama-bpe"), 0.0),
+    ("cross-family above same-family", CORL_CROSS, Cell("corl", "same-family"), ("qwen2-bpe",), 0.0),
+    ("three agents above two", Cell("corl", "three-agent"), CORL_CROSS, ("qwen2-bpe", "llama-bpe"), 0.0),
+    ("three agents above Base", Cell("corl", "three-agent"), Cell("corl", "three-agent", phase="base"),
+     ("qwen2-bpe", "llama-bpe", "neox-bpe"), 0.0),
+    ("rephrased view above plain cross-family", Cell("corl", "cross-family-rephrased"), CORL_CROSS,
+     ("qwen2-bpe", "llama-bpe"), 0.0),
+    ("Co-RL within 2 points of GT-Reward", CORL_CROSS, Cell("gt-reward"), ("qwen2-bpe", "llama-bpe"), 0.02),
+    ("Co-RL above a budget-matched TTRL", CORL_CROSS, Cell("ttrl", tag="budget-matched"),
+     ("qwen2-bpe", "llama-bpe"), 0.0),
+    ("Co-RL above random reward", CORL_CROSS, Cell("random-reward"), ("qwen2-bpe", "llama-bpe"), 0.0),
+)
+
+
+def claim_comparisons(scores: Sequence[AgentScores], metrics: Sequence[str] = ("avg_k", "greedy", "maj_k"),
+                      claims: Sequence[Claim] = CLAIMS) -> list[Comparison]:
+    """Every claim × backbone × metric that has at least one paired seed."""
+    out = []
+    for claim, a, b, families, margin in claims:
+        for family in families:
+            for metric in metrics:
+                c = compare(scores, claim, a, b, family, metric, margin)
+                if c.seeds:
+                    out.append(c)
+    return out
+
+
+def collapse_report(scores: Sequence[AgentScores], *, metric: str = "avg_k", ratio: float = 0.5) -> list[dict[str, Any]]:
+    """Every (method, cohort, tag, agent, seed) whose final ``metric`` fell below ``ratio`` × its base value."""
+    out = []
+    for s in scores:
+        base, final = s.base.get(metric), s.final.get(metric)
+        if base and final is not None and final < ratio * base:
+            out.append({"method": s.method, "cohort": s.cohort, "tag": s.tag, "agent": s.agent, "seed": s.seed,
+                        "base": base, "final": final})
+    return out
+
+
+def _pp(x: Optional[float], signed: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}"
+
+
+def to_markdown(comparisons: Sequence[Comparison]) -> str:
+    """One markdown table: claim, backbone, metric, a and b (mean over seeds), Δ mean ± sd, per-seed Δ, verdict."""
+    lines = ["| claim | backbone | metric | a | b | Δ (pp) | per seed | verdict |",
+             "|---|---|---|---:|---:|---:|---|---|"]
+    for c in comparisons:
+        per_seed = ", ".join(f"s{s}: {_pp(d, True)}" for s, d in zip(c.seeds, c.diffs))
+        sd = f" ± {_pp(c.sd)}" if c.sd is not None else ""
+        lines.append(f"| {c.claim} | {c.family} | {METRIC_NAMES.get(c.metric, c.metric)} | "
+                     f"{_pp(statistics.fmean(c.a_values))} | {_pp(statistics.fmean(c.b_values))} | "
+                     f"{_pp(c.mean, True)}{sd} | {per_seed} | {c.verdict} |")
+    return "\n".join(lines) + ("\n\n_a and b: mean over seeds; Δ = a − b paired by seed, mean ± sd; verdict: holds if "
+                               "every seed agrees in sign and the mean exceeds twice its standard error (after adding the claim's "
+                               "margin: 2 points for \"within 2 points\")._\n")
