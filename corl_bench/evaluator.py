@@ -38,19 +38,12 @@ def row_grader(spec: BenchmarkSpec) -> Callable[[Mapping[str, Any]], tuple[Optio
 
 
 def _existing(path: Path, spec: BenchmarkSpec) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    rows, torn = [], False
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            torn = True
-            log.warning("%s:%d is not complete JSON (an interrupted write); it will be regenerated", path, i)
+    from corl_bench.results import atomic_write_text, read_complete_rows
+
+    rows, torn = read_complete_rows(path)
+    for i in torn:
+        log.warning("%s:%d is not complete JSON (an interrupted write); it will be regenerated", path, i)
     if torn:  # rewrite the complete rows (atomically) so appends start on a fresh line
-        from corl_bench.results import atomic_write_text
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     versions = {str(r.get("benchmark_version")) for r in rows}
     if rows and versions != {spec.version}:

@@ -87,6 +87,28 @@ def read_jsonl(path: Path, error: type[Exception] = ValueError, name: str | None
     return rows
 
 
+def read_complete_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows of a JSONL file this project appends to, tolerating interrupted writes: returns (the rows that are
+    complete JSON objects, the line numbers that are not — the torn last line of a killed process). Blank lines
+    are skipped; a missing file has no rows."""
+    if not path.is_file():
+        return [], []
+    rows, torn = [], []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            torn.append(lineno)
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            torn.append(lineno)
+    return rows, torn
+
+
 def read_json(path: Path) -> dict[str, Any]:
     obj = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(obj, dict):

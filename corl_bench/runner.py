@@ -137,29 +137,19 @@ def find_interrupted(output_dir: Path, cfg: Config) -> Path | None:
 def _history(run_dir: Path, start: int) -> list[dict[str, dict[str, Any]]]:
     """metrics.jsonl cut back to the steps before ``start`` (rows written after the checkpoint are dropped);
     returns the kept rows as per-step {agent: metrics} for the summary."""
-    from corl_bench.results import atomic_write_text, read_jsonl
+    from corl_bench.results import atomic_write_text, read_complete_rows
 
     by_step: dict[int, dict[str, Any]] = {}
     for name in ("metrics.jsonl", "samples.jsonl"):
         path = run_dir / name
         if not path.is_file():
             continue
-        rows = [r for r in _complete_rows(path) if r.get("step", 0) < start]
+        rows = [r for r in read_complete_rows(path)[0] if r.get("step", 0) < start]
         atomic_write_text(path, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows))
         if name == "metrics.jsonl":
             for r in rows:
                 by_step.setdefault(r["step"], {})[r["agent"]] = r
     return [by_step[s] for s in sorted(by_step)]
-
-
-def _complete_rows(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # the torn last line of a killed run
-    return rows
 
 
 def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_resume: bool = True) -> Path:
