@@ -118,6 +118,7 @@ class CoMAS(Method):
         texts = {(p, j, a): batch.rollouts[a].completions[p][j].strip() for p, j, a in slots}  # round-1 solutions
         out = {a: AgentRewards(rewards=[[0.0] * k for _ in range(n_prompts)]) for a in names}
         counts = {"unparsable": 0, "score": 0.0, "n": 0}
+        critiques: dict[Any, Any] = {}  # the previous round's critiques (round > 1 solvers see them as references)
         for rnd in range(opts.rounds):
             problem = {s: batch.prompts[s[2]][s[0]].strip() for s in slots}
             solver_requests, solutions = {}, {}

@@ -18,7 +18,6 @@ one, the filled template becomes one user turn (after ``system`` if given) rende
 from __future__ import annotations
 
 import ast
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 

@@ -166,16 +166,26 @@ def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmark
 
 @app.command()
 def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r"),
-          metrics: str = typer.Option("avg_k,greedy,maj_k", "--metrics", help="comma list of greedy, avg_k, maj_k, pass_k"),
+          metrics: str = typer.Option("avg_k", "--metric", "--metrics", help="comma list of avg_k (sampled pass@1), "
+                                      "greedy, maj_k, pass_k; one column group each, Avg and Δ use the first"),
+          fmt: Optional[str] = typer.Option(None, "--format", "-f", help="md | latex | csv | html (printed, or "
+                                            "written to --out)"),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the table to FILE atomically "
+                                             "(format from --format or the suffix) instead of table.md/table.csv"),
+          reference: Optional[str] = typer.Option(None, "--reference", help="'paper': the paper's values beside "
+                                                  "ours (or its table on its own where nothing overlaps)"),
+          backbone: Optional[str] = typer.Option(None, "--backbone", help="paper backbone to show on its own, "
+                                                 "e.g. Qwen2.5-3B (implies --reference paper)"),
           out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where table.md/table.csv go (default: results dir)")) -> None:
-    """Results of every run under results/, recomputed from stored predictions."""
+    """Paper-style results of every run under results/, recomputed from stored predictions."""
     from corl_bench import table as table_mod
 
     chosen = tuple(m.strip() for m in metrics.split(",") if m.strip())
-    bad = [m for m in chosen if m not in ("greedy", "avg_k", "maj_k", "pass_k")]
-    if bad or not chosen:
-        _fail(f"unknown metric(s) {', '.join(bad) or '(none)'}; valid: greedy, avg_k, maj_k, pass_k")
-    table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, console=Console())
+    try:
+        table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, fmt=fmt, out=out, reference=reference,
+                       backbone=backbone, console=Console(), err_console=console)
+    except ValueError as e:
+        _fail(str(e))
 
 
 @app.command()
@@ -211,7 +221,8 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
 
 
 @app.command("eval")
-def eval_(target: str = typer.Argument(..., help="a run directory, a save_pretrained folder, 'smol' or a micro family"),
+def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent for one agent), a save_pretrained "
+                                        "folder, 'smol' or a micro family"),
           benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="comma list (corl-bench ls benchmarks)"),
           data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
           out: Optional[Path] = typer.Option(None, "--out", help="for a model: results dir (default results/evals/<name>)"),
@@ -257,6 +268,92 @@ def data_prepare(benchmarks: str = typer.Option(..., "--benchmarks", "-b", help=
         _fail(str(e))
     for name, info in sorted(manifest["benchmarks"].items()):
         Console().print(f"{name}@{info['version']}: {info['rows']} rows -> {dest / info['file']}", highlight=False)
+
+
+@app.command()
+def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family, folder, smol, RUN_DIR[:agent], "
+                                             "MODEL@SEED (seed-only partner); with --from-predictions: "
+                                             "RUN_DIR[:agent], a predictions .jsonl or its folder"),
+          benchmark: str = typer.Option(..., "--benchmark", "-b", help="one benchmark (corl-bench ls benchmarks)"),
+          samples: int = typer.Option(1, "--samples", help="paired draws averaged (paper: 1)"),
+          temperature: float = typer.Option(0.8, "--temperature", help="sampling temperature (paper: 0.8)"),
+          greedy: bool = typer.Option(False, "--greedy", help="greedy decoding (stored: the greedy rows) instead"),
+          max_problems: Optional[int] = typer.Option(None, "--max-problems", help="first N problems"),
+          max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap"),
+          out: Optional[Path] = typer.Option(None, "--out", help="predictions + probe.json/probe.md (default "
+                                             "results/probe/<benchmark>-<decoding>; reuse it to resume)"),
+          seed: int = typer.Option(0, "--seed", help="sampling seed of models without @SEED"),
+          phase: str = typer.Option("base", "--phase", help="for runs: base (pre-RL) or final"),
+          from_predictions: bool = typer.Option(False, "--from-predictions", help="no generation: read stored "
+                                                "predictions (sample_index 0.. of the sampled rows)"),
+          data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
+          chunk: int = typer.Option(32, "--chunk", help="problems per generation batch; saved per chunk"),
+          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """Pre-RL error-overlap probe of every pair of models: Cohen's kappa on right/wrong, c (exactly one right),
+    w (both wrong, same answer), u (at least one right), accuracies; writes probe.json + probe.md."""
+    from corl_bench import probe_cmd
+
+    _setup_logging(verbose)
+    say = Console() if Console().is_terminal else Console(width=160)  # a pipe or file gets whole rows
+    try:
+        if from_predictions:
+            rep = probe_cmd.probe_from_predictions(models, benchmark, phase=phase, greedy=greedy, samples=samples,
+                                                   max_problems=max_problems, out=out)
+        else:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+            rep = probe_cmd.probe_generate(models, benchmark, samples=samples, temperature=temperature, greedy=greedy,
+                                           max_new_tokens=max_new_tokens, max_problems=max_problems, phase=phase,
+                                           seed=seed, out=out, data_dir=data_dir, chunk=chunk,
+                                           report=lambda line: say.print(line, highlight=False))
+        paths = probe_cmd.write_report(rep)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    say.print(probe_cmd.probe_table(rep))
+    for note in (f"{p.a} x {p.b}: kappa {p.kappa_note}" for p in rep.pairs if p.kappa_note):
+        say.print(note, highlight=False)
+    say.print(f"wrote {paths[0]} and {paths[1]}", highlight=False)
+
+
+@app.command()
+def ensemble(runs: list[str] = typer.Argument(..., help="RUN_DIR:agent RUN_DIR:agent, or one RUN_DIR with two agents"),
+             benchmark: str = typer.Option(..., "--benchmark", "-b"),
+             phase: str = typer.Option("final", "--phase", help="base or final predictions of the runs"),
+             per_model: int = typer.Option(4, "--per-model", help="samples pooled from each model (paper: 4)"),
+             json_out: Optional[Path] = typer.Option(None, "--json", help="write the scores to this JSON file")) -> None:
+    """Test-time ensemble control: maj@(2 x per-model) over the pooled samples of two models vs each model's own."""
+    from dataclasses import asdict
+
+    from corl_bench import probe_cmd
+    from corl_bench.results import write_json
+
+    try:
+        scores, sources = probe_cmd.ensemble_from_runs(runs, benchmark, phase=phase, per_model=per_model)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    Console(width=None if Console().is_terminal else 160).print(probe_cmd.ensemble_table(scores))
+    if json_out is not None:
+        write_json(json_out, {**asdict(scores), "benchmark": benchmark, "phase": phase,
+                              "sources": {s.label: str(s.path) for s in sources},
+                              "decoding": {s.label: probe_cmd.recorded_decoding(s.path, benchmark) for s in sources}})
+        Console().print(f"wrote {json_out}", highlight=False)
+
+
+@app.command()
+def report(results_dir: Path = typer.Argument(..., help="a sweep's output_dir or any results dir holding runs"),
+           out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file (default DIR/report.html)"),
+           samples: int = typer.Option(3, "--samples", help="sample completions per run and agent (last logged step)"),
+           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """One self-contained HTML page: results table, gains over base, training dynamics and samples of every run."""
+    from corl_bench.report import ReportError, build_report
+
+    _setup_logging(verbose)
+    try:
+        path = build_report(results_dir, out, samples_per_agent=samples)
+    except ReportError as e:
+        _fail(str(e))
+    console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", highlight=False)
 
 
 def main() -> None:

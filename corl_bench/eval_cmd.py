@@ -5,6 +5,7 @@ Targets:
 * a run directory (holds ``run.json``): every agent's ``checkpoints/final/<agent>`` (``--phase final``) or its base
   model (``--phase base``: the micro family checkpoint); predictions go to ``<run>/eval/<phase>/<agent>/``, next to
   the micro evaluation, so ``corl-bench table`` shows the new benchmarks as more columns of the same rows;
+  ``RUN_DIR:agent`` picks one agent (by name, or by family when exactly one agent has it);
 * anything :func:`corl_bench.models.load_model` understands (a ``save_pretrained`` folder, ``smol``, a micro
   family): predictions go to ``<out>/eval/final/<name>/`` with a ``run.json`` of method ``base``, so the model
   appears as a Base row in ``corl-bench table``.
@@ -29,13 +30,42 @@ log = logging.getLogger(__name__)
 MANIFEST = "eval_manifest.json"
 
 
+def run_target(target: str) -> tuple[Path, str | None] | None:
+    """``(run directory, agent or None)`` when ``target`` is a run directory or ``RUN_DIR:agent``; else None."""
+    path = Path(target)
+    if (path / "run.json").is_file():
+        return path, None
+    if ":" in target:
+        run, agent = target.rsplit(":", 1)
+        if agent and (Path(run) / "run.json").is_file():
+            return Path(run), agent
+    return None
+
+
+def select_agents(run: Path, info: dict[str, Any], agent: str | None) -> list[dict[str, Any]]:
+    """The run's agents, or the one named ``agent`` (an agent name, or a family only one agent has)."""
+    agents = list(info.get("agents", []))
+    if agent is None:
+        return agents
+    exact = [a for a in agents if a.get("name") == agent]
+    by_family = [a for a in agents if a.get("family") == agent]
+    if exact or len(by_family) == 1:
+        return exact or by_family
+    names = ", ".join(str(a.get("name")) for a in agents)
+    if by_family:
+        raise ConfigError(f"{run}: {len(by_family)} agents have family {agent} ({names}); name one: {run}:<agent>")
+    raise ConfigError(f"{run} has no agent {agent!r}; its agents: {names}")
+
+
 def targets(target: str, phase: str, out: Path | None) -> list[tuple[str, str, Path]]:
     """(agent name, model reference, predictions dir) for every model to evaluate."""
     path = Path(target)
-    if (path / "run.json").is_file():
+    run = run_target(target)
+    if run is not None:
+        path = run[0]
         info = json.loads((path / "run.json").read_text(encoding="utf-8"))
         found = []
-        for agent in info.get("agents", []):
+        for agent in select_agents(path, info, run[1]):
             ref = (str(path / "checkpoints" / "final" / agent["name"]) if phase == "final" else agent["family"])
             if phase == "final" and not Path(ref).is_dir():
                 raise ConfigError(f"{path}: agent {agent['name']} has no final checkpoint ({ref}); was the run "
@@ -101,7 +131,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     found = targets(target, phase, out)
     results: dict[str, dict[str, Any]] = {}
     for name, ref, agent_dir in found:
-        if not (Path(target) / "run.json").is_file():
+        if run_target(target) is None:
             _write_base_run(agent_dir.parent.parent.parent, name, ref, seed)
         model, tok = load_model(ref)
         for spec in specs:

@@ -1,20 +1,27 @@
-"""Results table: collect finished runs under a results directory and tabulate their eval scores.
+"""Results table: collect finished runs under a results directory, regrade their predictions, tabulate them.
 
-A run directory holds ``run.json`` (method, cohort, seed, status, agents, ...) and predictions at
-``eval/<phase>/<agent name>/<benchmark>.jsonl``.  Every predictions file is regraded with
-:func:`corl_bench.metrics.score_predictions` (stored ``correct`` fields are not trusted).  Runs of
-the same (method, cohort, agent name) with different seeds form one table row: mean over seeds,
-``± sd`` (sample standard deviation, n-1) when there are two or more.  ``avg`` is the mean over the
-table's benchmarks of the first chosen metric; ``Δ base`` is that average minus the same average
-over the ``base`` phase of the same runs.  A damaged run is skipped and named in the warnings.
+Public API (none of it imports torch or transformers, so tabulating stays cheap):
 
-This module never imports torch, transformers or the training code, so tabulating is cheap.
+* :func:`collect` ``(results_dir) -> (list[Row], list[str])`` - one :class:`Row` per (method, cohort, tag, agent),
+  aggregated over seeds, plus one-line warnings (damaged runs are skipped and named there).
+* :func:`collect_results` ``(results_dir) -> Collected`` - the same data before aggregation: one
+  :class:`AgentResult` per (run, agent) and one :class:`RunInfo` per run (eval decoding, steps, benchmark
+  versions), which the paper-style layout (:mod:`corl_bench.table_layout`) is built from.
+* :func:`html` ``(source, *, metrics=("avg_k",), reference=None, backbone=None) -> str`` - the paper-style table
+  of a results directory (or a :class:`Collected`) as a self-contained ``<table>`` fragment; for md / LaTeX /
+  CSV / rich use :func:`corl_bench.table_layout.build` + :mod:`corl_bench.table_render`.
+* :func:`aggregate` ``(collected) -> (list[Row], list[str])`` - :func:`collect` on an already-read :class:`Collected`.
+* :func:`main` - what ``corl-bench table`` does: print the paper-style table, write files.
+* :func:`print_wide`, :func:`write_atomic` - helpers shared with other modules.
+
+A run directory holds ``run.json`` (method, cohort, seed, tag, status, agents, steps, ...), ``config.yaml`` and
+predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``.  Every predictions file is regraded with
+:func:`corl_bench.metrics.score_predictions` (stored ``correct`` fields are not trusted).  A :class:`Row` holds
+the mean over seeds and the sample standard deviation (n-1) where there are two or more.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
@@ -36,18 +43,22 @@ from corl_bench.results import read_jsonl
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_METRICS", "METRIC_LABELS", "Row", "collect", "find_runs", "main", "render",
-           "to_csv", "to_markdown"]
+__all__ = ["DEFAULT_METRICS", "FORMATS", "METRIC_LABELS", "TABLE_METRICS", "AgentResult", "Collected", "Row",
+           "RunInfo", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "html", "main", "print_wide",
+           "write_atomic"]
 
 Scores = dict[str, dict[str, Optional[float]]]  # benchmark -> metric -> value (fraction in [0, 1])
 
 RUN_FILE = "run.json"
-DEFAULT_METRICS: tuple[str, ...] = ("avg_k", "greedy", "maj_k")
+CONFIG_FILE = "config.yaml"
+DEFAULT_METRICS: tuple[str, ...] = ("avg_k",)
+TABLE_METRICS: tuple[str, ...] = ("greedy", "avg_k", "maj_k", "pass_k")
+FORMATS: tuple[str, ...] = ("md", "latex", "csv", "html")
 METRIC_LABELS: dict[str, str] = {
     "greedy": "greedy", "avg_k": "pass@1", "maj_k": "maj@k", "pass_k": "pass@k",
     "extraction_failure": "no-answer", "clipped": "clipped",
 }
-MISSING = "–"
+DECODING_KEYS: tuple[str, ...] = ("samples", "temperature", "top_p", "greedy", "max_new_tokens", "max_problems")
 
 
 class DamagedRun(Exception):
@@ -70,9 +81,19 @@ def _bench_avg(scores: Scores, metric: str, benchmarks: Sequence[str]) -> Option
     return _mean(values)  # type: ignore[arg-type]
 
 
+def check_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
+    """The metrics as a tuple; ValueError (one line naming the valid ones) if empty or unknown."""
+    metrics = tuple(metrics)
+    unknown = [m for m in metrics if m not in TABLE_METRICS]
+    if not metrics or unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown) or '(none)'}; choose from "
+                         f"{', '.join(TABLE_METRICS)} (comma-separated, e.g. --metric avg_k,greedy)")
+    return metrics
+
+
 @dataclass(frozen=True)
 class Row:
-    """One table row: an agent of a (method, cohort), aggregated over the seeds it was run with."""
+    """One (method, cohort, tag, agent) aggregated over the seeds it was run with."""
 
     method: str
     cohort: str
@@ -85,6 +106,8 @@ class Row:
     per_seed: tuple[Scores, ...] = ()  # final-phase scores of each run, in the order of ``seeds``
     ks: dict[str, tuple[int, ...]] = field(default_factory=dict)  # benchmark -> samples/problem seen
     run_ids: tuple[str, ...] = ()
+    tag: str = ""  # run.json "tag" (a variant such as "budget-matched"); "" = none
+    base_per_seed: tuple[Scores, ...] = ()  # base-phase scores of each run ({} where absent)
 
     def avg(self, metric: str, benchmarks: Sequence[str]) -> tuple[Optional[float], Optional[float]]:
         """(mean, sd over seeds) of the mean of ``metric`` over ``benchmarks``; None where missing."""
@@ -99,18 +122,49 @@ class Row:
 
 
 @dataclass(frozen=True)
-class _AgentResult:
-    """Scores of one agent of one run."""
+class AgentResult:
+    """Regraded scores of one agent of one run."""
 
     run_id: str
+    rel: str  # the run directory relative to the results directory
     method: str
     cohort: str
+    tag: str
     agent: str
+    agent_index: int  # position in run.json agents (the cohort's ring order)
     family: str
     seed: int
     profile: str
     final: dict[str, BenchmarkScores]
     base: dict[str, BenchmarkScores]
+
+    def metrics(self, phase: str = "final") -> Scores:
+        """benchmark -> metric -> value for ``phase`` ("final" or "base")."""
+        return {b: s.metrics() for b, s in getattr(self, phase).items()}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a run says about its protocol (for the table footer)."""
+
+    run_id: str
+    rel: str
+    method: str
+    cohort: str
+    tag: str
+    seed: int
+    steps: Optional[int]  # run.json "steps" (else config run.steps); None if unknown
+    decoding: Optional[tuple[tuple[str, Any], ...]]  # config.yaml eval: (key, value) for DECODING_KEYS; None if unread
+    versions: tuple[tuple[str, str], ...]  # (benchmark, benchmark_version) pairs seen in its predictions
+
+
+@dataclass(frozen=True)
+class Collected:
+    """Everything :func:`collect_results` read: per-agent results, per-run protocol info, warnings."""
+
+    results: tuple[AgentResult, ...]
+    runs: tuple[RunInfo, ...]
+    warnings: tuple[str, ...]
 
 
 def find_runs(results_dir: Path) -> list[Path]:
@@ -147,8 +201,9 @@ def row_grader_for(benchmark: str) -> Any:
     return row_grader(get_spec(benchmark))
 
 
-def _load_phase(agent_dir: Path, run_dir: Path, rel: str, warnings: list[str]) -> dict[str, BenchmarkScores]:
-    """benchmark -> scores for every ``<benchmark>.jsonl`` in ``agent_dir`` ({} if absent)."""
+def _load_phase(agent_dir: Path, run_dir: Path, rel: str, warnings: list[str],
+                versions: dict[str, set[str]]) -> dict[str, BenchmarkScores]:
+    """benchmark -> scores for every ``<benchmark>.jsonl`` in ``agent_dir`` ({} if absent); collects versions."""
     if not agent_dir.is_dir():
         return {}
     out = {}
@@ -162,6 +217,8 @@ def _load_phase(agent_dir: Path, run_dir: Path, rel: str, warnings: list[str]) -
             out[path.stem] = score_predictions(rows, row_grader_for(path.stem))
         except ValueError as exc:
             raise DamagedRun(f"{name}: {exc}") from exc
+        versions.setdefault(path.stem, set()).update(
+            str(r["benchmark_version"]) for r in rows if r.get("benchmark_version") is not None)
     return out
 
 
@@ -174,8 +231,41 @@ def _field(meta: Mapping[str, Any], key: str, kind: type) -> Any:
     return value
 
 
-def _load_run(run_dir: Path, rel: str, phase: str, base_phase: str) -> tuple[list[_AgentResult], list[str]]:
-    """Scores of every agent of one run plus warnings; raises DamagedRun."""
+def _read_config(run_dir: Path, rel: str, warnings: list[str]) -> Optional[Mapping[str, Any]]:
+    """config.yaml as a mapping; None (with a warning) when it is missing or unreadable."""
+    import yaml
+
+    path = run_dir / CONFIG_FILE
+    try:
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        warnings.append(f"{rel} has no {CONFIG_FILE}; its eval decoding is not in the footer")
+        return None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        warnings.append(f"{rel}: cannot read {CONFIG_FILE} ({type(exc).__name__}); its eval decoding is not in "
+                        "the footer")
+        return None
+    return cfg if isinstance(cfg, Mapping) else None
+
+
+def _run_info(run_dir: Path, rel: str, meta: Mapping[str, Any], versions: dict[str, set[str]],
+              warnings: list[str]) -> RunInfo:
+    cfg = _read_config(run_dir, rel, warnings)
+    ev = cfg.get("eval") if cfg else None
+    decoding = (tuple((k, ev[k]) for k in DECODING_KEYS if k in ev) if isinstance(ev, Mapping) else None)
+    steps = meta.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool):
+        run_cfg = cfg.get("run") if cfg else None
+        steps = run_cfg.get("steps") if isinstance(run_cfg, Mapping) else None
+        steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    return RunInfo(str(meta.get("run_id") or run_dir.name), rel, meta["method"], meta["cohort"],
+                   str(meta.get("tag") or ""), meta["seed"], steps, decoding,
+                   tuple((b, v) for b in sorted(versions) for v in sorted(versions[b])))
+
+
+def _load_run(run_dir: Path, rel: str, phase: str,
+              base_phase: str) -> tuple[list[AgentResult], Optional[RunInfo], list[str]]:
+    """Scores of every agent of one run, its RunInfo (None if it has no results) and warnings; raises DamagedRun."""
     try:
         meta = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -190,75 +280,49 @@ def _load_run(run_dir: Path, rel: str, phase: str, base_phase: str) -> tuple[lis
     if not agents or not all(isinstance(a, dict) and isinstance(a.get("name"), str) and a["name"]
                              for a in agents):
         raise DamagedRun("run.json 'agents' must be a non-empty list of objects with a 'name'")
+    tag = meta.get("tag") or ""
+    if not isinstance(tag, str):
+        raise DamagedRun(f"run.json field 'tag' should be str (got {tag!r})")
     run_id, profile = str(meta.get("run_id") or run_dir.name), str(meta.get("profile", ""))
     warnings: list[str] = []
+    versions: dict[str, set[str]] = {}
     results, missing = [], []
-    for agent in agents:
+    for index, agent in enumerate(agents):
         name = agent["name"]
-        final = _load_phase(run_dir / "eval" / phase / name, run_dir, rel, warnings)
-        base = _load_phase(run_dir / "eval" / base_phase / name, run_dir, rel, warnings)
+        final = _load_phase(run_dir / "eval" / phase / name, run_dir, rel, warnings, versions)
+        base = _load_phase(run_dir / "eval" / base_phase / name, run_dir, rel, warnings, versions)
         if not final:
             missing.append(name)
             continue
-        results.append(_AgentResult(run_id, method, cohort, name, str(agent.get("family", "")), seed,
-                                    profile, final, base))
+        results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, str(agent.get("family", "")),
+                                   seed, profile, final, base))
     if not results:
         suffix = "" if status == "finished" else f" (status {status!r})"
-        return [], warnings + [f"{rel} has no predictions for phase {phase}{suffix}; skipped"]
+        return [], None, warnings + [f"{rel} has no predictions for phase {phase}{suffix}; skipped"]
     if missing:
         warnings.append(f"{rel}: agent(s) {', '.join(missing)} have no predictions for phase {phase}")
     if status != "finished":
         warnings.append(f"{rel} has status {status!r}; showing its {phase} predictions as they are")
     if not any(r.base for r in results):
         warnings.append(f"{rel} has no predictions for phase {base_phase}; Δ base left empty")
-    return results, warnings
+    return results, _run_info(run_dir, rel, meta, versions, warnings), warnings
 
 
-def _natural_key(text: str) -> list[Any]:
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders "a2" before "a10"."""
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
-def _aggregate(members: list[_AgentResult], warnings: list[str]) -> Row:
-    """One Row from the runs (seeds) of one (method, cohort, agent)."""
-    members = sorted(members, key=lambda r: (r.seed, r.run_id))
-    first = members[0]
-    label = f"{first.method}/{first.cohort}/{first.agent}"
-    seeds = tuple(r.seed for r in members)
-    if len(set(seeds)) < len(seeds):
-        warnings.append(f"{label}: a seed appears in several runs ({', '.join(r.run_id for r in members)})")
-    if len({r.profile for r in members}) > 1:
-        warnings.append(f"{label}: runs mix profiles {sorted({r.profile for r in members})}")
-    if len({r.family for r in members}) > 1:
-        warnings.append(f"{label}: runs disagree on the agent family; showing {first.family!r}")
-
-    def pool(phase: str) -> tuple[Scores, Scores, tuple[Scores, ...]]:
-        per_seed = tuple({b: s.metrics() for b, s in getattr(r, phase).items()} for r in members)
-        mean: Scores = {}
-        sd: Scores = {}
-        for bench in sorted({b for scores in per_seed for b in scores}):
-            mean[bench], sd[bench] = {}, {}
-            for metric in METRICS:
-                values = [s[bench][metric] for s in per_seed if s.get(bench, {}).get(metric) is not None]
-                mean[bench][metric], sd[bench][metric] = _mean(values), _sd(values)
-        return mean, sd, per_seed
-
-    scores, scores_sd, per_seed = pool("final")
-    base = pool("base")[0]
-    ks = {b: tuple(sorted({r.final[b].k for r in members if b in r.final and r.final[b].k}))
-          for b in scores}
-    return Row(first.method, first.cohort, first.agent, first.family, seeds, scores, base, scores_sd,
-               per_seed, ks, tuple(r.run_id for r in members))
-
-
-def collect(results_dir: Path, *, phase: str = "final", base_phase: str = "base") -> tuple[list[Row], list[str]]:
-    """Rows (sorted by method, cohort, agent) and one-line warnings for every run under ``results_dir``."""
+def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str = "base") -> Collected:
+    """Every readable run under ``results_dir``: per-agent results, run infos (in run order) and warnings."""
     results_dir = Path(results_dir)
     warnings: list[str] = []
-    groups: dict[tuple[str, str, str], list[_AgentResult]] = {}
+    results: list[AgentResult] = []
+    runs: list[RunInfo] = []
     for run_dir in find_runs(results_dir):
         rel = _rel(run_dir, results_dir)
         try:
-            results, run_warnings = _load_run(run_dir, rel, phase, base_phase)
+            run_results, info, run_warnings = _load_run(run_dir, rel, phase, base_phase)
         except DamagedRun as exc:
             warnings.append(f"skipping {rel}: {exc}")
             continue
@@ -267,118 +331,78 @@ def collect(results_dir: Path, *, phase: str = "final", base_phase: str = "base"
             warnings.append(f"skipping {rel}: unexpected {type(exc).__name__}: {exc}")
             continue
         warnings.extend(run_warnings)
-        for result in results:
-            groups.setdefault((result.method, result.cohort, result.agent), []).append(result)
-    keys = sorted(groups, key=lambda k: (k[0], k[1], _natural_key(k[2])))
+        results.extend(run_results)
+        if info is not None:
+            runs.append(info)
+    return Collected(tuple(results), tuple(runs), tuple(warnings))
+
+
+def pool_scores(per_seed: Sequence[Scores]) -> tuple[Scores, Scores]:
+    """(mean, sample sd) over seeds for every benchmark and metric; a missing value is left out of both."""
+    mean: Scores = {}
+    sd: Scores = {}
+    for bench in sorted({b for scores in per_seed for b in scores}):
+        mean[bench], sd[bench] = {}, {}
+        for metric in METRICS:
+            values = [s[bench][metric] for s in per_seed if s.get(bench, {}).get(metric) is not None]
+            mean[bench][metric], sd[bench][metric] = _mean(values), _sd(values)  # type: ignore[arg-type]
+    return mean, sd
+
+
+def _aggregate(members: list[AgentResult], warnings: list[str]) -> Row:
+    """One Row from the runs (seeds) of one (method, cohort, tag, agent)."""
+    members = sorted(members, key=lambda r: (r.seed, r.run_id))
+    first = members[0]
+    label = f"{first.method}/{first.cohort}" + (f"[{first.tag}]" if first.tag else "") + f"/{first.agent}"
+    seeds = tuple(r.seed for r in members)
+    if len(set(seeds)) < len(seeds):
+        warnings.append(f"{label}: a seed appears in several runs ({', '.join(r.run_id for r in members)})")
+    if len({r.profile for r in members}) > 1:
+        warnings.append(f"{label}: runs mix profiles {sorted({r.profile for r in members})}")
+    if len({r.family for r in members}) > 1:
+        warnings.append(f"{label}: runs disagree on the agent family; showing {first.family!r}")
+    per_seed = tuple(r.metrics("final") for r in members)
+    base_per_seed = tuple(r.metrics("base") for r in members)
+    scores, scores_sd = pool_scores(per_seed)
+    base = pool_scores(base_per_seed)[0]
+    ks = {b: tuple(sorted({r.final[b].k for r in members if b in r.final and r.final[b].k})) for b in scores}
+    return Row(first.method, first.cohort, first.agent, first.family, seeds, scores, base, scores_sd, per_seed,
+               ks, tuple(r.run_id for r in members), first.tag, base_per_seed)
+
+
+def aggregate(collected: Collected) -> tuple[list[Row], list[str]]:
+    """Rows (sorted by method, cohort, tag, agent) of what :func:`collect_results` read, and all warnings."""
+    warnings = list(collected.warnings)
+    groups: dict[tuple[str, str, str, str], list[AgentResult]] = {}
+    for result in collected.results:
+        groups.setdefault((result.method, result.cohort, result.tag, result.agent), []).append(result)
+    keys = sorted(groups, key=lambda k: (k[0], k[1], k[2], natural_key(k[3])))
     return [_aggregate(groups[key], warnings) for key in keys], warnings
 
 
-def _check_metrics(metrics: Sequence[str]) -> list[str]:
-    metrics = list(metrics)
-    unknown = [m for m in metrics if m not in METRIC_LABELS]
-    if not metrics or unknown:
-        raise ValueError(f"unknown or no metric(s) {unknown}; choose from {', '.join(METRIC_LABELS)}")
-    return metrics
+def collect(results_dir: Path, *, phase: str = "final", base_phase: str = "base") -> tuple[list[Row], list[str]]:
+    """Rows (sorted by method, cohort, tag, agent) and one-line warnings for every run under ``results_dir``."""
+    return aggregate(collect_results(results_dir, phase=phase, base_phase=base_phase))
 
 
-def _benchmarks(rows: Sequence[Row]) -> list[str]:
-    return sorted({bench for row in rows for bench in row.scores})
+def html(source: str | Path | Collected, *, metrics: Sequence[str] = DEFAULT_METRICS,
+         reference: Optional[str] = None, backbone: Optional[str] = None) -> str:
+    """The paper-style table of every run under a results directory (or of what :func:`collect_results` returned,
+    to avoid regrading twice) as a self-contained HTML ``<table>`` fragment, with the paper's table appended as a
+    second ``<table>`` when ``reference="paper"`` finds nothing to compare; ValueError (one line) on a bad metric,
+    reference or backbone. Its warnings are logged."""
+    from corl_bench.table_layout import build
+    from corl_bench.table_render import render_text
+
+    table = build(source, metrics=metrics, reference=reference, backbone=backbone)
+    for warning in table.warnings:
+        logger.warning("%s", warning)
+    return render_text(table, "html")
 
 
-def _metric_label(metric: str, bench: str, rows: Sequence[Row]) -> str:
-    """Header label; ``maj@k`` / ``pass@k`` carry the real k when it is the same for every row."""
-    label = METRIC_LABELS[metric]
-    if metric in ("maj_k", "pass_k"):
-        ks = {k for row in rows for k in row.ks.get(bench, ())}
-        if len(ks) == 1:
-            label = label.replace("@k", f"@{ks.pop()}")
-    return label
-
-
-def _pct(value: Optional[float], signed: bool = False) -> str:
-    if value is None:
-        return ""
-    return f"{100.0 * value:+.1f}" if signed else f"{100.0 * value:.1f}"
-
-
-def _cell(mean: Optional[float], sd: Optional[float]) -> str:
-    if mean is None:
-        return MISSING
-    return f"{_pct(mean)} ± {_pct(sd)}" if sd is not None else _pct(mean)
-
-
-_TEXT_HEADERS = ("method", "cohort", "agent", "family", "seeds")
-Values = tuple[list[tuple[Optional[float], Optional[float]]], Optional[float]]  # (mean, sd) per column, Δ
-
-
-def _grid(rows: Sequence[Row], metrics: Sequence[str]) -> tuple[list[tuple[str, str]], list[Values]]:
-    """Numeric column headers as (benchmark, label) and, per row, (mean, sd) per column then avg; Δ base."""
-    metrics = _check_metrics(metrics)
-    benchmarks = _benchmarks(rows)
-    labels = [(b, _metric_label(m, b, rows)) for b in benchmarks for m in metrics]
-    data: list[Values] = []
-    for row in rows:
-        values = [(row.scores.get(b, {}).get(m), row.scores_sd.get(b, {}).get(m))
-                  for b in benchmarks for m in metrics]
-        data.append((values + [row.avg(metrics[0], benchmarks)], row.delta(metrics[0], benchmarks)))
-    return labels, data
-
-
-def _table_data(rows: Sequence[Row], metrics: Sequence[str]) -> tuple[list[tuple[str, str]], list[list[str]]]:
-    """Headers as (benchmark or "", label) pairs and display cells (mean ± sd in percent)."""
-    labels, data = _grid(rows, metrics)
-    headers = [("", h) for h in _TEXT_HEADERS] + labels + [("", "avg"), ("", "Δ base")]
-    body = [[row.method, row.cohort, row.agent, row.family or MISSING, str(len(row.seeds))]
-            + [_cell(mean, sd) for mean, sd in values] + [_pct(delta, signed=True) or MISSING]
-            for row, (values, delta) in zip(rows, data)]
-    return headers, body
-
-
-def _caption(metrics: Sequence[str]) -> str:
-    return (f"percent; avg = mean over benchmarks of {METRIC_LABELS[metrics[0]]}; Δ base = avg minus the "
-            "same average before training; ± = sample sd over seeds")
-
-
-def render(rows: Sequence[Row], *, metrics: Sequence[str] = DEFAULT_METRICS) -> Table:
-    """A rich Table of ``rows``: one column per benchmark × metric, then avg and Δ base."""
-    headers, body = _table_data(rows, metrics)
-    table = Table(title="corl-bench results", caption=_caption(metrics))
-    for i, (bench, label) in enumerate(headers):
-        table.add_column(f"{bench}\n{label}" if bench else label, justify="right" if i >= 4 else "left",
-                         no_wrap=True)
-    for cells in body:
-        table.add_row(*cells)
-    return table
-
-
-def to_markdown(rows: Sequence[Row], metrics: Sequence[str] = DEFAULT_METRICS) -> str:
-    """A GitHub-flavoured markdown table (cells as in :func:`render`) followed by a one-line note."""
-    headers, body = _table_data(rows, metrics)
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-    out = [line([f"{b} {label}" if b else label for b, label in headers]),
-           "|" + "|".join("---" if i < 4 else "---:" for i in range(len(headers))) + "|"]
-    out += [line(cells) for cells in body]
-    return "\n".join(out) + f"\n\n_{_caption(metrics)}._\n"
-
-
-def to_csv(rows: Sequence[Row], metrics: Sequence[str] = DEFAULT_METRICS) -> str:
-    """CSV with one value per cell: mean and sd in separate columns, percent with one decimal, empty if missing."""
-    labels, data = _grid(rows, metrics)
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    names = [f"{bench} {label}" for bench, label in labels] + ["avg"]
-    writer.writerow([*_TEXT_HEADERS, *(col for name in names for col in (name, f"{name} sd")), "Δ base"])
-    for row, (values, delta) in zip(rows, data):
-        writer.writerow([row.method, row.cohort, row.agent, row.family, str(len(row.seeds)),
-                         *(_pct(v) for pair in values for v in pair), _pct(delta, signed=True)])
-    return buf.getvalue()
-
-
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temp file next to ``path``, then ``os.replace`` it into place."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
@@ -391,6 +415,9 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+_write_atomic = write_atomic  # old private name
+
+
 def print_wide(console: Console, table: Table) -> None:
     """Print ``table`` at its natural width even on a narrow console: numbers are never cut to "…"."""
     width = max(console.width, Measurement.get(console, console.options.update_width(10_000), table).maximum)
@@ -398,33 +425,68 @@ def print_wide(console: Console, table: Table) -> None:
     console.print(Segments([seg for line in lines for seg in line]), crop=False, soft_wrap=True, end="")
 
 
+def _say(console: Console, text: str, style: Optional[str] = None) -> None:
+    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
 def main(
     results_dir: str | Path = "results",
     *,
     metrics: Sequence[str] = DEFAULT_METRICS,
     out_dir: str | Path | None = None,
+    fmt: Optional[str] = None,
+    out: str | Path | None = None,
+    reference: Optional[str] = None,
+    backbone: Optional[str] = None,
     console: Optional[Console] = None,
+    err_console: Optional[Console] = None,
 ) -> list[Row]:
-    """Print the results table and warnings, write ``table.md`` and ``table.csv``; return the rows."""
+    """``corl-bench table``: print the paper-style table (rich, or ``fmt`` text when ``fmt`` is given without
+    ``out``), its footer and the warnings; write ``out`` in ``fmt`` (default: from its suffix, else md)
+    atomically, or else ``table.md`` and ``table.csv`` into ``out_dir`` (default: the results dir). Warnings and
+    "wrote" lines go to ``err_console`` (default: ``console``).
+    Returns the aggregated rows of :func:`collect` ([] when there is nothing to show); ValueError (one line)
+    on a bad metric, format, reference or backbone."""
+    from corl_bench.table_layout import build, check_reference
+    from corl_bench.table_render import FORMAT_SUFFIXES, print_rich, render_text
+
     console = console or Console()
-    metrics = _check_metrics(metrics)
+    err = err_console or console
+    metrics = check_metrics(metrics)
+    check_reference(reference, backbone)
+    if out is not None and fmt is None:
+        fmt = FORMAT_SUFFIXES.get(Path(out).suffix.lower(), "md")
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)} (e.g. --format md)")
     results_dir = Path(results_dir)
     if not find_runs(results_dir):
-        console.print(f"No runs found under {results_dir}; start one with `corl-bench run`.",
-                      markup=False, highlight=False)
+        _say(console, f"No runs found under {results_dir}; start one with `corl-bench run`.")
         return []
-    rows, warnings = collect(results_dir)
-    if rows:
-        print_wide(console, render(rows, metrics=metrics))
-    for warning in warnings:
-        console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
-    if not rows:
-        console.print(f"No usable results under {results_dir} (see the warnings above).",
-                      markup=False, highlight=False)
+    collected = collect_results(results_dir)
+    table = build(collected, metrics=metrics, reference=reference, backbone=backbone)
+    if not table.blocks:
+        for warning in table.warnings:
+            _say(err, f"warning: {warning}", "yellow")
+        _say(console, f"No usable results under {results_dir} (see the warnings above).")
         return []
-    out = Path(out_dir) if out_dir is not None else results_dir
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("table.md", to_markdown(rows, metrics)), ("table.csv", to_csv(rows, metrics))):
-        _write_atomic(out / name, text)
-        console.print(f"wrote {out / name}", markup=False, highlight=False)
-    return rows
+    if fmt is not None and out is None:
+        console.out(render_text(table, fmt), highlight=False, end="")
+    else:
+        print_rich(console, table)
+    for warning in table.warnings:
+        _say(err, f"warning: {warning}", "yellow")
+    if out is not None:
+        targets = [(Path(out), fmt or "md")]
+    else:
+        where = Path(out_dir) if out_dir is not None else results_dir
+        targets = [(where / "table.md", "md"), (where / "table.csv", "csv")]
+    for path, kind in targets:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, render_text(table, kind))
+        except OSError as exc:
+            _say(err, f"warning: cannot write {path} ({exc.strerror or exc}); choose another place with "
+                 "--out FILE or --out-dir DIR", "yellow")
+            continue
+        _say(err, f"wrote {path}")
+    return aggregate(collected)[0]

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from corl_bench.config import ConfigError, load_config
 from corl_bench.registries import FAMILIES
