@@ -1,6 +1,7 @@
 # corl-bench: two commands for a fresh machine.
 #   make run   - virtualenv + install + the default main job (Co-RL, cross-family, micro profile)
 #   make test  - virtualenv + install with test extras + the test suite
+#   make study-quick / make study - the micro reproduction study (about 1.5-2 h / 3 h on 2 cores; resumable)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Where no NVIDIA GPU is visible, pin the CPU build of torch (otherwise pip resolves a multi-GB CUDA build).
@@ -8,7 +9,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CONSTRAINTS := $(if $(HAS_GPU),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 
-.PHONY: install run test clean-venv
+.PHONY: install run test study-quick study clean-venv
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
@@ -22,6 +23,13 @@ install: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(VENV)/bin/corl-bench run --method corl --cohort cross-family
+
+# The micro reproduction study (results/micro-study.md): sweep + tables, claims, probe, controls, plots, report.
+study-quick: $(VENV)/.installed
+	$(PY) scripts/micro_study.py --sweep sweeps/micro-study-quick.yaml --out results/micro-study
+
+study: $(VENV)/.installed
+	$(PY) scripts/micro_study.py --sweep sweeps/micro-study.yaml --out results/micro-study-full
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q $(PYTEST_ARGS)
