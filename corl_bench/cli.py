@@ -191,9 +191,11 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
 @app.command()
 def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohorts, seeds, set, output_dir"),
           dry_run: bool = typer.Option(False, "--dry-run", help="list the cells and their status; run nothing"),
+          threads: int = typer.Option(0, "--threads", help="torch threads per cell (sets model.threads; 0 = the "
+                                      "config's). Workers started on the same sweep share its cells"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run a grid of methods x cohorts x seeds one cell after another; finished cells are skipped, interrupted
-    ones resumed."""
+    ones resumed. Start it in several shells to run cells in parallel (each cell is claimed by one worker)."""
     from corl_bench.sweep import cell_status, describe, load_sweep, plan, run_sweep
 
     _setup_logging(verbose)
@@ -209,7 +211,9 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        result = run_sweep(spec, console=console)
+        if threads < 0:
+            _fail(f"--threads must be >= 0 (got {threads}); 0 keeps the config's model.threads")
+        result = run_sweep(spec, console=console, threads=threads)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
     except KeyboardInterrupt:

@@ -14,14 +14,21 @@ Pairs a method cannot run (a multi-agent method on ``single``) are skipped and l
 is skipped; an interrupted one is resumed from its last checkpoint (same config required); the rest start fresh.
 A tagged extra cell is a variant with its own overrides: its run id and ``run.json`` carry the tag, and tables keep
 it in its own row. One progress display covers the whole grid; each cell's own output is quiet (its run directory has everything).
+
+Several workers may share one grid: start the same sweep in two shells (on a 2-core machine with ``--threads 1``
+each, which for the micro models gives more throughput than one worker with two threads). A worker claims a cell
+(an ``flock`` on ``<output_dir>/.claims/<run id>.lock``, released even on SIGKILL) before running it; a cell
+claimed by another worker is reported as running elsewhere and left to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import yaml
 
@@ -142,17 +149,40 @@ def cell_status(spec: SweepSpec, cell: Cell) -> str:
         return "interrupted"
 
 
-def run_sweep(spec: SweepSpec, *, console: Any = None,
-              on_cell: Callable[[Cell, str], None] | None = None) -> dict[str, list[str]]:
-    """Run every cell not yet finished; returns {finished, skipped, resumed, ran, failed} run ids."""
+@contextlib.contextmanager
+def claim(spec: SweepSpec, cell: Cell) -> Iterator[bool]:
+    """Yields True while this process holds the cell's claim, False if another worker holds it."""
+    import fcntl
+
+    folder = Path(spec.output_dir) / ".claims"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / f"{cell.run_id}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def run_sweep(spec: SweepSpec, *, console: Any = None, on_cell: Callable[[Cell, str], None] | None = None,
+              threads: int = 0) -> dict[str, list[str]]:
+    """Run every cell not yet finished (``threads``: torch threads per cell, 0 = the config's); returns run ids as
+    {finished, skipped, elsewhere, resumed, ran, failed}."""
+    import dataclasses
+
+    if threads:
+        spec = dataclasses.replace(spec, set={**spec.set, "model.threads": threads})
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
-    from corl_bench.runner import run
-
     cells, skipped = plan(spec)
-    out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "resumed": [], "ran": [], "failed": []}
+    out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "elsewhere": [], "resumed": [], "ran": [],
+                                 "failed": []}
     console = console or Console(stderr=True)
     quiet = Console(quiet=True)
     with Progress(TextColumn(f"[bold]sweep {spec.name}"), BarColumn(bar_width=30), MofNCompleteColumn(),
@@ -160,28 +190,42 @@ def run_sweep(spec: SweepSpec, *, console: Any = None,
                   console=console) as progress:
         task = progress.add_task("sweep", total=len(cells), cell="")
         for cell in cells:
-            status = cell_status(spec, cell)
-            progress.update(task, cell=f"{cell.run_id} ({status})")
-            if not console.is_terminal:
-                console.log(f"sweep {spec.name}: {cell.run_id} ({status})")
-            if on_cell is not None:
-                on_cell(cell, status)
-            if status == "finished":
-                out["finished"].append(cell.run_id)
-            else:
-                run_dir = Path(spec.output_dir) / "runs" / cell.run_id
-                try:
-                    run(cell_config(spec, cell), console=quiet, resume=run_dir if status == "interrupted" else None,
-                        auto_resume=False)
-                except ConfigError:
-                    raise
-                except Exception as e:  # one cell's failure (e.g. NaN) must not stop the grid
-                    log.error("sweep cell %s failed: %s", cell.run_id, e)
-                    out["failed"].append(cell.run_id)
+            with claim(spec, cell) as mine:
+                if not mine:
+                    out["elsewhere"].append(cell.run_id)
+                    if not console.is_terminal:
+                        console.log(f"sweep {spec.name}: {cell.run_id} (running in another worker)")
                 else:
-                    out["resumed" if status == "interrupted" else "ran"].append(cell.run_id)
+                    _run_cell(spec, cell, out, progress, task, console, quiet, on_cell)
             progress.advance(task, 1)
     return out
+
+
+def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: Any, task: Any, console: Any,
+              quiet: Any, on_cell: Callable[[Cell, str], None] | None) -> None:
+    """Run (or resume, or skip as finished) one claimed cell and record its outcome in ``out``."""
+    from corl_bench.runner import run
+
+    status = cell_status(spec, cell)  # read after claiming: another worker may have finished it meanwhile
+    progress.update(task, cell=f"{cell.run_id} ({status})")
+    if not console.is_terminal:
+        console.log(f"sweep {spec.name}: {cell.run_id} ({status})")
+    if on_cell is not None:
+        on_cell(cell, status)
+    if status == "finished":
+        out["finished"].append(cell.run_id)
+        return
+    run_dir = Path(spec.output_dir) / "runs" / cell.run_id
+    try:
+        run(cell_config(spec, cell), console=quiet, resume=run_dir if status == "interrupted" else None,
+            auto_resume=False)
+    except ConfigError:
+        raise
+    except Exception as e:  # one cell's failure (e.g. NaN) must not stop the grid
+        log.error("sweep cell %s failed: %s", cell.run_id, e)
+        out["failed"].append(cell.run_id)
+    else:
+        out["resumed" if status == "interrupted" else "ran"].append(cell.run_id)
 
 
 def describe(result: dict[str, list[str]]) -> Sequence[str]:

@@ -96,3 +96,21 @@ def test_bad_cells_are_refused_with_the_fix(tmp_path):
                        ([{"method": "ttrl", "cohort": "tiny-one", "tag": "x", "set": [1]}], "must be a mapping")):
         with pytest.raises(ConfigError, match=msg):
             load_sweep(write_sweep(tmp_path, cells=cells))
+
+
+def test_a_cell_claimed_by_another_worker_is_left_to_it(tmp_path):
+    """Two workers on one grid: a cell whose claim is held elsewhere is reported and not run; ``threads`` reaches
+    every cell's config."""
+    from corl_bench.sweep import claim
+
+    spec = load_sweep(write_sweep(tmp_path, methods=["ttrl"], cohorts=["tiny-one", "tiny-two"]))
+    busy = Cell("ttrl", "tiny-two", 0)
+    with claim(spec, busy) as mine:  # this test process plays the other worker
+        assert mine
+        result = run_sweep(spec, threads=1)
+    assert result["ran"] == ["ttrl-tiny-one-s0"] and result["elsewhere"] == ["ttrl-tiny-two-s0"]
+    assert not (Path(spec.output_dir) / "runs" / "ttrl-tiny-two-s0").exists()
+    config = (Path(spec.output_dir) / "runs" / "ttrl-tiny-one-s0" / "config.yaml").read_text()
+    assert "threads: 1" in config
+    again = run_sweep(spec, threads=1)  # the claim is free now: the cell runs, the finished one is skipped
+    assert again["finished"] == ["ttrl-tiny-one-s0"] and again["ran"] == ["ttrl-tiny-two-s0"]
