@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from corl_bench.results import atomic_write_text, read_jsonl
+from corl_bench.table import rel_path
 
 logger = logging.getLogger(__name__)
 
@@ -151,14 +152,6 @@ def _run_section(run_dir: Path, rel: str, n_samples: int, warnings: list[str]) -
     return (info.method, info.cohort, info.tag, info.seed if info.seed is not None else -1, rel), html_
 
 
-def _rel(path: Path, root: Path) -> str:
-    try:
-        rel = path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
-    return path.name if rel == "." else rel
-
-
 def _version() -> str:
     try:
         import importlib.metadata
@@ -205,7 +198,7 @@ def render_report(results_dir: str | Path, *, samples_per_agent: int = 3, title:
     sections = []
     for run_dir in run_dirs:
         logger.info("report: %s", run_dir)
-        sections.append(_run_section(run_dir, _rel(run_dir, root), samples_per_agent, warnings))
+        sections.append(_run_section(run_dir, rel_path(run_dir, root), samples_per_agent, warnings))
     sections.sort(key=lambda s: tuple(str(x) if not isinstance(x, int) else f"{x:09d}" for x in s[0]))
 
     commit = git_commit()

@@ -175,7 +175,8 @@ def find_runs(results_dir: Path) -> list[Path]:
     return sorted({p.parent for p in results_dir.rglob(RUN_FILE) if p.is_file()})
 
 
-def _rel(path: Path, root: Path) -> str:
+def rel_path(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` for messages (its name if it is ``root``; as given if outside it)."""
     try:
         rel = path.relative_to(root).as_posix()
     except ValueError:
@@ -208,7 +209,7 @@ def _load_phase(agent_dir: Path, run_dir: Path, rel: str, warnings: list[str],
         return {}
     out = {}
     for path in sorted(agent_dir.glob("*.jsonl")):
-        name = _rel(path, run_dir)
+        name = rel_path(path, run_dir)
         rows = _read_jsonl(path, name)
         if not rows:
             warnings.append(f"{rel}: {name} is empty; ignored")
@@ -320,7 +321,7 @@ def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str 
     results: list[AgentResult] = []
     runs: list[RunInfo] = []
     for run_dir in find_runs(results_dir):
-        rel = _rel(run_dir, results_dir)
+        rel = rel_path(run_dir, results_dir)
         try:
             run_results, info, run_warnings = _load_run(run_dir, rel, phase, base_phase)
         except DamagedRun as exc:
