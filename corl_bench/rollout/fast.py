@@ -95,7 +95,7 @@ class FastEngine:
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         res = self.model(input_ids=enc["input_ids"].to(device), attention_mask=att, position_ids=pos, use_cache=True,
                          **self._last_only)
-        cache, logits = res.past_key_values, res.logits[:, -1, :].float()
+        cache, logits = getattr(res, self._cache_kw), res.logits[:, -1, :].float()
         if n > 1:  # the k samples of a prompt share its prefill
             cache.batch_repeat_interleave(n)
             att, pos, logits = (att.repeat_interleave(n, 0), pos.repeat_interleave(n, 0),
@@ -136,7 +136,7 @@ class FastEngine:
                 active = [active[b] for b in live]
             res = self.model(input_ids=inp, attention_mask=att, position_ids=pos, use_cache=True,
                              **{self._cache_kw: cache})
-            cache, logits = res.past_key_values, res.logits[:, -1, :].float()
+            cache, logits = getattr(res, self._cache_kw), res.logits[:, -1, :].float()
         return self._completions(tokens, lps, finished, stopped, params, n, len(prompts))
 
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
