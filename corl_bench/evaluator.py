@@ -59,12 +59,13 @@ def _chunks(seq: Sequence[Any], n: int) -> list[Sequence[Any]]:
 def evaluate_spec(model: Any, tokenizer: Any, spec: BenchmarkSpec, items: Sequence[Item], *, out_path: Path,
                   seed: int = 0, decoding: Decoding | None = None, chunk: int = 16, code_timeout: float = 10.0,
                   workers: int = 2, progress: Callable[[int], None] | None = None,
-                  backend: str = "fast") -> BenchmarkScores:
-    """Generate what is missing, grade it, append it; return the scores of everything in ``out_path``."""
+                  backend: str = "fast", engine_kwargs: Mapping[str, Any] | None = None) -> BenchmarkScores:
+    """Generate what is missing, grade it, append it; return the scores of everything in ``out_path``.
+    ``engine_kwargs`` go to the rollout backend (``fast``: ``max_batch``, ``grow_cache``)."""
     from corl_bench.rollout import SamplingParams, make_engine
 
     dec = decoding or spec.decoding
-    engine = make_engine(backend, model, tokenizer)
+    engine = make_engine(backend, model, tokenizer, **dict(engine_kwargs or {}))
     rows = _existing(out_path, spec)
     done: set[Key] = {(str(r["problem_id"]), r["decoding"], int(r["sample_index"])) for r in rows}
     plan: list[tuple[str, int]] = ([("greedy", 1)] if dec.greedy else []) + \

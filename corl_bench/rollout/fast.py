@@ -1,6 +1,6 @@
 """The ``fast`` backend: a lean sampling loop over a ``transformers`` causal LM, for evaluation-sized batches.
 
-Two savings over ``model.generate`` (and over lm-eval's HF backend, which calls it), neither of which changes what
+Three savings over ``model.generate`` (and over lm-eval's HF backend, which calls it), none of which changes what
 is computed for a sequence:
 
 * **one prefill per distinct prompt**: the k samples of a prompt share its KV cache (``batch_repeat_interleave``)
@@ -8,7 +8,11 @@ is computed for a sequence:
   the cost on CPU;
 * **finished rows leave the batch**: a sequence that produced EOS or a stop string is dropped from the cache
   (``batch_select_indices``) instead of being decoded to the longest sequence's length — at a 3072-token cap most
-  rows finish far earlier.
+  rows finish far earlier;
+* **the KV cache grows in place** (:mod:`corl_bench.rollout.kvcache`): ``DynamicCache`` (what ``generate`` uses)
+  copies every layer's whole cache with ``torch.cat`` at every token, O(T²) bytes for T tokens, which on CPU costs
+  as much as the matrix products at a few hundred tokens of context; the growing cache writes each token into
+  spare room and grows by half when full (O(T)). ``grow_cache=False`` keeps ``DynamicCache`` (the speed ablation).
 
 Like ``generate``, the prefill asks for the last position's logits only (``logits_to_keep=1``).
 
@@ -25,9 +29,11 @@ from typing import Any, Sequence
 import torch
 
 from corl_bench.rollout.base import Completion, SamplingParams
+from corl_bench.rollout.kvcache import growing_cache
 
 _TOPK = 256
 _COMPACT_AT = 0.25  # drop finished rows once this share of the batch has finished
+_RESERVE = 64  # KV-cache room allocated beyond the prompt (it then grows by half whenever full)
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -58,12 +64,13 @@ def _sample(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 class FastEngine:
     """Rollouts with shared prefill and batch compaction (same interface as ``HFEngine``)."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, grow_cache: bool = True) -> None:
         if tokenizer.padding_side != "left":
             raise ValueError("the fast rollout engine needs a left-padding tokenizer (padding_side='left')")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
+        self.grow_cache = grow_cache
         import inspect
         # transformers >= 5.x names the cache argument ``cache`` (``past_key_values`` is deprecated there)
         params = inspect.signature(model.forward).parameters
@@ -93,8 +100,13 @@ class FastEngine:
         enc = tok(prompts, return_tensors="pt", padding=True)
         att = enc["attention_mask"].to(device)
         pos = (att.cumsum(-1) - 1).clamp(min=0)
+        extra = dict(self._last_only)
+        cache = growing_cache(self.model, reserve=_RESERVE, limit=att.shape[1] + params.max_new_tokens) \
+            if self.grow_cache else None
+        if cache is not None:
+            extra[self._cache_kw] = cache
         res = self.model(input_ids=enc["input_ids"].to(device), attention_mask=att, position_ids=pos, use_cache=True,
-                         **self._last_only)
+                         **extra)
         cache, logits = getattr(res, self._cache_kw), res.logits[:, -1, :].float()
         if n > 1:  # the k samples of a prompt share its prefill
             cache.batch_repeat_interleave(n)
