@@ -6,7 +6,8 @@
 * ``<task>.jsonl`` — one doc per item: ``id``, ``prompt`` (the exact text our engine would send, chat template
   already applied, so both engines see the same prompt), ``gold`` and ``meta`` (code tests);
 * ``<task>.yaml`` — ``generate_until`` with the spec's decoding (``repeats: k`` and a ``take_first_k`` filter, the
-  construction of the paper's AMC avg@8 task), ``process_results: !function utils.process_results``;
+  construction of the paper's AMC avg@8 task; ``top_k: 0`` so that ``generate``'s default top-k of 50 does not
+  apply), ``process_results: !function utils.process_results``;
 * ``utils.py`` — ``process_results`` grades the k completions of a doc with the spec's extractor and grader (code:
   the sandbox) and returns ``avg_k`` / ``maj_k`` / ``pass_k``, aggregated by lm-eval's ``mean``.
 
@@ -77,8 +78,10 @@ def render_task(spec: BenchmarkSpec, items: Sequence[Item], task_dir: Path, toke
                                 "meta": json.dumps(dict(it.meta))}, ensure_ascii=False) + "\n")
     k = max(1, dec.samples)
     gen = {"until": list(dec.stop), "max_gen_toks": dec.max_new_tokens}
+    # top_k 0: HFLM hands these to ``model.generate``, whose global default top_k=50 would otherwise truncate every
+    # sampling step to the 50 likeliest tokens -- the spec (and vLLM, the paper's engine) samples with no top-k
     gen.update({"do_sample": False} if not dec.samples else
-               {"do_sample": True, "temperature": dec.temperature, "top_p": dec.top_p})
+               {"do_sample": True, "temperature": dec.temperature, "top_p": dec.top_p, "top_k": 0})
     metrics = ["avg_k", "pass_k"] + ([] if spec.task == "code" else ["maj_k"])
     config = {"task": name, "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(docs.resolve())}},
               "test_split": "test", "output_type": "generate_until", "doc_to_text": "{{prompt}}",

@@ -95,6 +95,27 @@ def test_real_hflm_on_a_real_tiny_model_writes_our_rows(tiny_qwen, tmp_path):
     assert all(isinstance(r["n_tokens"], int) for r in rows)  # re-tokenised (lm-eval returns text only)
 
 
+def test_hflm_samples_with_the_specs_nucleus_and_no_top_k(tiny_qwen, tmp_path, monkeypatch):
+    """lm-eval's HFLM hands the task's generation kwargs to ``model.generate``, whose global default is top_k=50;
+    the rendered task must switch that off, or lm-eval samples from a different distribution than the spec's."""
+    from lm_eval.models.huggingface import HFLM
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    model, tok = tiny_qwen
+    seen = []
+    real = type(model)._get_logits_processor
+
+    def spy(self, generation_config, *args, **kwargs):
+        procs = real(self, generation_config, *args, **kwargs)
+        seen.append([type(p) for p in procs])
+        return procs
+
+    monkeypatch.setattr(type(model), "_get_logits_processor", spy)
+    run_lm_eval(HFLM(pretrained=model, tokenizer=tok, batch_size=8), math_spec(samples=2), ITEMS[:1], tmp_path,
+                tokenizer=tok)
+    assert seen and all(TopPLogitsWarper in procs and TopKLogitsWarper not in procs for procs in seen)
+
+
 def test_code_tasks_go_through_the_sandbox_in_both_engines(tmp_path):
     spec = get_spec("humaneval")
     from corl_bench.bench import build_items
