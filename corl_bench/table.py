@@ -249,11 +249,37 @@ def _read_config(run_dir: Path, rel: str, warnings: list[str]) -> Optional[Mappi
     return cfg if isinstance(cfg, Mapping) else None
 
 
+def _manifest_decoding(run_dir: Path) -> Optional[tuple[tuple[str, Any], ...]]:
+    """For a ``corl-bench eval`` target (no config.yaml): the decoding its ``eval_manifest.json`` files record.
+    A key on which the benchmarks differ (k: 8 for AMC, 1 for GSM8K) becomes the text ``"amc83 8, gsm8k 1"``."""
+    per: dict[str, Mapping[str, Any]] = {}
+    for path in sorted(run_dir.glob("eval/*/*/eval_manifest.json")):
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        for bench, entry in (manifest.items() if isinstance(manifest, dict) else ()):
+            if isinstance(entry, dict) and isinstance(entry.get("decoding"), dict):
+                per[bench] = entry["decoding"]
+    if not per:
+        return None
+    out = []
+    for key in DECODING_KEYS:
+        values = {b: d[key] for b, d in sorted(per.items()) if key in d}
+        if values:
+            distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
+            out.append((key, next(iter(values.values())) if len(distinct) == 1 else
+                        ", ".join(f"{b} {v}" for b, v in values.items())))
+    return tuple(out)
+
+
 def _run_info(run_dir: Path, rel: str, meta: Mapping[str, Any], versions: dict[str, set[str]],
               warnings: list[str]) -> RunInfo:
-    cfg = _read_config(run_dir, rel, warnings)
+    manifest_decoding = None if (run_dir / CONFIG_FILE).exists() else _manifest_decoding(run_dir)
+    cfg = _read_config(run_dir, rel, [] if manifest_decoding else warnings)
     ev = cfg.get("eval") if cfg else None
-    decoding = (tuple((k, ev[k]) for k in DECODING_KEYS if k in ev) if isinstance(ev, Mapping) else None)
+    decoding = (tuple((k, ev[k]) for k in DECODING_KEYS if k in ev) if isinstance(ev, Mapping) else
+                manifest_decoding)
     steps = meta.get("steps")
     if not isinstance(steps, int) or isinstance(steps, bool):
         run_cfg = cfg.get("run") if cfg else None

@@ -323,7 +323,9 @@ def _decoding_text(decoding: Optional[tuple[tuple[str, Any], ...]]) -> str:
         return "not recorded"
     d = dict(decoding)
     parts = []
-    if "samples" in d:
+    if isinstance(d.get("samples"), str):  # benchmarks of one eval target differ in k
+        parts.append(f"k per benchmark ({d['samples']})")
+    elif "samples" in d:
         parts.append(f"k={d['samples']} samples")
     if "temperature" in d:
         parts.append(f"temperature {d['temperature']}")

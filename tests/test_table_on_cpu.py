@@ -242,6 +242,20 @@ def test_footer_states_the_protocol(world_table: PaperTable) -> None:
             "the token cap: 0.0–0.0 %.") in footer
 
 
+def test_an_eval_target_without_config_takes_its_decoding_from_the_eval_manifest(tmp_path: Path) -> None:
+    root = tmp_path / "r"
+    run_dir = make_world_run(root, "smol", "base", "eval", 0, {Q: "qwen2-bpe"},
+                             {Q: {"alpha": (5, 1), "beta": (5, 1)}})
+    (run_dir / "config.yaml").unlink()  # `corl-bench eval smol` writes run.json and manifests, no config
+    dec = {"greedy": False, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 512}
+    manifest = {"alpha": {"decoding": {**dec, "samples": 8}}, "beta": {"decoding": {**dec, "samples": 1}}}
+    (run_dir / "eval" / "final" / Q / "eval_manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    tab = build(root)
+    assert ("Evaluation decoding: k per benchmark (alpha 8, beta 1), temperature 0.6, top-p 0.95, greedy no, "
+            "max_new_tokens 512.") in "\n".join(tab.footer)
+    assert not any("config.yaml" in w for w in tab.warnings)
+
+
 def test_footer_says_mixed_and_warns_when_runs_differ(tmp_path: Path) -> None:
     root = tmp_path / "r"
     make_world_run(root, "ttrl-s0", "ttrl", "single", 0, {Q: "qwen2-bpe"}, {Q: {"micro-test": (5, 1)}})
