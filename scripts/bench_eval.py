@@ -61,6 +61,7 @@ def main() -> int:
     from corl_bench.lmeval_bridge import rows_from_samples, run_lm_eval
     from corl_bench.metrics import score_predictions
     from corl_bench.models import load_model
+    from corl_bench.results import read_complete_rows
 
     spec = get_spec(args.benchmark)
     dec = with_overrides(spec.decoding, samples=args.samples, max_new_tokens=args.max_new_tokens, greedy=False)
@@ -86,7 +87,7 @@ def main() -> int:
                     evaluate_spec(model, tok, spec, items, out_path=Path(tmp) / "p.jsonl", seed=rep, decoding=dec,
                                   chunk=len(items), engine_kwargs={"grow_cache": engine == "ours"})
                     times[engine].append(time.perf_counter() - t0)
-                    rows[engine].extend(json.loads(line) for line in (Path(tmp) / "p.jsonl").open())
+                    rows[engine].extend(read_complete_rows(Path(tmp) / "p.jsonl")[0])
                 else:
                     metrics, samples = run_lm_eval(lm, spec, items, Path(tmp), tokenizer=tok, decoding=dec, seed=rep)
                     times[engine].append(time.perf_counter() - t0)
@@ -102,7 +103,7 @@ def main() -> int:
               "best_seconds": best,
               # the headline: total time over all repeats (each repeat is one seed for every engine)
               "speedup_ours_over_lm_eval": sum(times["lm-eval"]) / sum(times["ours"]),
-              "generations": {e: summarise(r, args.max_new_tokens) for e, r in rows.items()},
+              "generations": {e: summarise(r, args.max_new_tokens, row_grader(spec)) for e, r in rows.items()},
               "same_distribution": same_distribution(rows["ours"], rows["lm-eval"]),
               "identical_scoring_on_identical_completions": agree,
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}}
@@ -117,17 +118,19 @@ def main() -> int:
     return 0 if agree else 1
 
 
-def summarise(rows: list[dict], max_new_tokens: int) -> dict:
+def summarise(rows: list[dict], max_new_tokens: int, grader) -> dict:
     """Accuracy, mean generated tokens and clipped / no-answer shares of one engine's rows (all repeats)."""
-    n = len(rows)
+    from corl_bench.metrics import score_predictions
+
+    scores = score_predictions(rows, grader)
     toks = [r["n_tokens"] for r in rows if r.get("n_tokens") is not None]
     # ours records whether a row finished; lm-eval does not, so its rows count as clipped at the token cap
     # (its n_tokens re-tokenise the returned text, which has no EOS token)
     clipped = [not r["finished"] if "finished" in r else r.get("n_tokens", 0) >= max_new_tokens for r in rows]
-    return {"samples": n, "accuracy": sum(bool(r["correct"]) for r in rows) / n,
+    return {"samples": len(rows), "accuracy": scores.avg_k,
             "mean_tokens": sum(toks) / len(toks) if toks else None,
-            "clipped_share": sum(clipped) / n,
-            "no_answer_share": sum(r.get("extracted") in (None, "") for r in rows) / n}
+            "clipped_share": sum(clipped) / len(rows),
+            "no_answer_share": scores.extraction_failure}
 
 
 def same_distribution(a: list[dict], b: list[dict]) -> dict:

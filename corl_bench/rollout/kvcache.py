@@ -93,8 +93,10 @@ if DynamicLayer is not None:
             super().reset()
 
         def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove > 0 or not self.is_initialized:
+            if tokens_to_remove > 0:
                 raise ValueError("GrowingLayer.crop takes a negative count of tokens to remove")
+            if tokens_to_remove == 0 or self._k is None:  # as DynamicLayer: nothing to crop
+                return
             self.length = max(0, self.length + tokens_to_remove)
             self._publish()
 
