@@ -49,7 +49,9 @@ class Source:
     local: str | None = None
     """path of a JSONL file (or, for livecodebench, a folder) relative to the data directory"""
     hub: Mapping[str, Any] | None = None
-    """datasets.load_dataset arguments: path, name, split (+ revision); None = no hub copy known"""
+    """datasets.load_dataset arguments: path, name, split (+ revision); None = no hub copy known. LiveCodeBench
+    (``livecodebench/code_generation_lite``): path, version_tag (release_v1..v6) and revision, its files downloaded
+    directly (see corl_bench.data)"""
     fields: Mapping[str, str] = field(default_factory=dict)
     """hub column -> our field name (local files already use our schema)"""
     answer_after: str | None = None

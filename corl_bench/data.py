@@ -4,13 +4,23 @@ Lookup order for a spec's ``source.local`` file:
 
 1. ``--data-dir`` (the ``data_dir`` argument),
 2. ``$CORL_BENCH_DATA`` (``os.pathsep``-separated directories),
-3. the hub (``datasets.load_dataset`` with the spec's ``source.hub`` arguments, columns renamed by
-   ``source.fields``) — only when ``datasets`` is installed and the hub is reachable.
+3. the hub, with the spec's ``source.hub`` arguments — only when the package it needs is installed and the hub (or
+   its local cache) has the data:
+
+   * LiveCodeBench (``livecodebench/code_generation_lite``): the release's files (``version_tag``, e.g.
+     ``release_v6`` = ``test.jsonl`` ... ``test6.jsonl``) via ``huggingface_hub``, each row converted by
+     :func:`corl_bench.livecodebench.convert` (decoded tests), exactly as a local folder of those files is;
+   * GPQA (``Idavidrein/gpqa``, gated): ``datasets.load_dataset`` rows converted by :func:`gpqa_rows` into the
+     local copy's schema with the paper's choice order; another layout is refused with a one-line error that names
+     the local copy;
+   * anything else: ``datasets.load_dataset``, columns renamed by ``source.fields``.
 
 Local files use the project's row schema: ``id``, ``problem``, ``answer`` (math and multiple choice), plus the
 task's own fields (code: ``prompt``/``test``/``entry_point`` for HumanEval; ``text``/``code``/``test_list`` for
-MBPP). ``corl-bench data prepare`` freezes a benchmark into a directory in that schema with a ``checksums.json``
-(sha256 per file); a directory holding one is verified on every load, so a silently edited file is refused.
+MBPP; ``question_content``/``tests`` for LiveCodeBench; GPQA: ``question``, ``choices``, ``corl_choices``,
+``corl_answer_letter``). ``corl-bench data prepare`` freezes a benchmark into a directory in that schema with a
+``checksums.json`` (sha256 per file); a directory holding one is verified on every load, so a silently edited file
+is refused. A LiveCodeBench folder is frozen as ``<folder>/<release>.jsonl`` (converted rows).
 """
 
 from __future__ import annotations
@@ -19,8 +29,9 @@ import hashlib
 import json
 import logging
 import os
+import random
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from corl_bench.benchspec import BenchmarkSpec
 from corl_bench.config import ConfigError
@@ -46,14 +57,19 @@ def sha256(path: Path) -> str:
 
 
 def _verify(root: Path, rel: str) -> None:
+    """Check ``root/rel`` (a file, or every listed file inside a folder) against ``root/checksums.json``."""
     sums_path = root / CHECKSUMS
     if not sums_path.is_file():
         return
-    sums = json.loads(sums_path.read_text(encoding="utf-8"))
-    want = sums.get("files", {}).get(rel)
-    if want is not None and sha256(root / rel) != want:
-        raise ConfigError(f"{root / rel} does not match its checksum in {sums_path}; re-run `corl-bench data "
-                          "prepare` or restore the file")
+    sums = json.loads(sums_path.read_text(encoding="utf-8")).get("files", {})
+    if (root / rel).is_dir():
+        listed = {k: v for k, v in sums.items() if k.startswith(rel.rstrip("/") + "/") and (root / k).is_file()}
+    else:
+        listed = {rel: sums[rel]} if rel in sums else {}
+    for name, want in sorted(listed.items()):
+        if sha256(root / name) != want:
+            raise ConfigError(f"{root / name} does not match its checksum in {sums_path}; re-run `corl-bench data "
+                              "prepare` or restore the file")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -66,19 +82,108 @@ def _filter(rows: Iterable[dict[str, Any]], where: dict[str, Any]) -> list[dict[
     return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
 
 
-def _from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+GPQA_REPO = "Idavidrein/gpqa"
+GPQA_OPTIONS = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+GPQA_FIELDS = ("Record ID", "Question") + GPQA_OPTIONS
+"""hub columns the paper's GPQA conversion needs"""
+GPQA_META = {"domain": "High-level domain", "subdomain": "Subdomain", "explanation": "Explanation",
+             "writer_difficulty": "Writer's Difficulty Estimate", "canary": "Canary String",
+             "expert_validator_accuracy": "Expert Validator Accuracy",
+             "non_expert_validator_accuracy": "Non-Expert Validator Accuracy"}
+"""local field -> hub column, carried along when the hub rows have it (metadata; not used for scoring)"""
+LCB_HUB_KEYS = ("path", "version_tag", "revision")
+
+
+def _is_livecodebench(spec: BenchmarkSpec) -> bool:
+    from corl_bench.livecodebench import HUB_REPO
+
+    return spec.task == "code" and (spec.name.startswith("livecodebench") or
+                                    (spec.source.hub or {}).get("path") == HUB_REPO)
+
+
+def _is_gpqa(spec: BenchmarkSpec) -> bool:
+    return spec.task == "mcq" and (spec.name.startswith("gpqa") or (spec.source.hub or {}).get("path") == GPQA_REPO)
+
+
+def _release(spec: BenchmarkSpec) -> str:
+    from corl_bench.livecodebench import DEFAULT_RELEASE
+
+    return str((spec.source.hub or {}).get("version_tag") or DEFAULT_RELEASE)
+
+
+def _gpqa_clean(text: Any) -> str:
+    """Co-RL ``process_docs_gpqa``'s ``_preprocess`` (the paper's option text)."""
+    if text is None:
+        return " "
+    return str(text).strip().replace(" [title]", ". ").replace("  ", " ")
+
+
+def _text(value: Any) -> Any:
+    """Hub metadata as the local copy's strings (the CSV loader reads accuracies as floats); missing stays None."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def gpqa_rows(records: Iterable[Mapping[str, Any]], name: str = "gpqa_diamond",
+              local: str = "gpqa_diamond_orig/test.jsonl") -> list[dict[str, Any]]:
+    """Hub GPQA rows (``Idavidrein/gpqa`` layout) -> the local copy's schema, options in the paper's order.
+
+    The order is Co-RL's ``process_docs_gpqa``: the options [Incorrect 1, 2, 3, Correct], each cleaned
+    (:func:`_gpqa_clean`), shuffled with ``random.Random(row_index)`` where ``row_index`` is the row's position in
+    the split; the gold letter is where the cleaned correct answer lands. ``question`` and ``choices`` ([Correct,
+    Incorrect 1, 2, 3]) are kept verbatim, as in the local copy. Rows without the needed columns (another layout)
+    are refused with a one-line ConfigError naming the local copy.
+    """
+    rows = []
+    for i, rec in enumerate(records):
+        missing = [k for k in GPQA_FIELDS if k not in rec]
+        if missing:
+            raise ConfigError(f"benchmark {name}: the hub rows have no {missing[0]!r} column (another layout than "
+                              f"{GPQA_REPO}), so the paper's choice order cannot be rebuilt; use the local copy: "
+                              f"--data-dir DIR (or ${DATA_ENV}) with DIR/{local}")
+        options = [_gpqa_clean(rec[k]) for k in GPQA_OPTIONS[1:] + GPQA_OPTIONS[:1]]
+        random.Random(i).shuffle(options)
+        gold = chr(65 + options.index(_gpqa_clean(rec["Correct Answer"])))
+        row: dict[str, Any] = {"id": str(rec["Record ID"]), "row_index": i, "question": rec["Question"],
+                               "choices": [rec[k] for k in GPQA_OPTIONS], "answer_index": 0, "answer_letter": "A"}
+        row.update({dst: _text(rec[src]) for dst, src in GPQA_META.items() if src in rec})
+        row.update({"corl_choices": options, "corl_answer_letter": gold})
+        rows.append(row)
+    return rows
+
+
+def _lcb_from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    from corl_bench.livecodebench import from_hub
+
     hub = dict(spec.source.hub or {})
+    unknown = sorted(set(hub) - set(LCB_HUB_KEYS))
+    if unknown:
+        raise ConfigError(f"benchmark {spec.name}: source.hub.{unknown[0]} is not used for {hub.get('path')} (its "
+                          f"files are downloaded directly; no loading script); valid: {', '.join(LCB_HUB_KEYS)}")
+    return from_hub(_release(spec), hub.get("revision"), spec.source.local or "livecodebench")
+
+
+def _from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    if _is_livecodebench(spec):
+        return _lcb_from_hub(spec)
+    hub = dict(spec.source.hub or {})
+    local = f"DIR/{spec.source.local}" if spec.source.local else "DIR"
     try:
         import datasets  # optional: `pip install datasets`
     except ImportError:
         raise ConfigError(f"benchmark {spec.name}: no local copy found and the `datasets` package is not "
-                          f"installed; pass --data-dir / set ${DATA_ENV}, or `pip install datasets`") from None
+                          f"installed; pass --data-dir DIR (or set ${DATA_ENV}) with {local}, or "
+                          "`pip install datasets`") from None
     path = hub.pop("path")
     try:
         ds = datasets.load_dataset(path, **hub)
     except Exception as e:  # network, auth (GPQA is gated), missing config ...
         raise ConfigError(f"benchmark {spec.name}: could not load {path} from the hub ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:160]}); pass --data-dir / set ${DATA_ENV}") from None
+                          f"{(str(e).splitlines() or [''])[0][:160]}); pass --data-dir DIR (or set ${DATA_ENV}) "
+                          f"with {local}") from None
+    if _is_gpqa(spec):
+        return gpqa_rows(ds, spec.name, spec.source.local or "gpqa_diamond_orig/test.jsonl")
     rows = []
     for i, rec in enumerate(ds):
         row = dict(rec)
@@ -100,7 +205,7 @@ def locate(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> Path | No
     for root in data_dirs(data_dir):
         path = root / spec.source.local
         if path.exists():
-            _verify(root, spec.source.local) if path.is_file() else None
+            _verify(root, spec.source.local)
             return path
     return None
 
@@ -111,9 +216,9 @@ def load_rows(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> list[d
         raise ConfigError(f"benchmark {spec.name} is generated by the micro profile; it has no data files")
     path = locate(spec, data_dir)
     if path is not None:
-        if spec.task == "code" and spec.name.startswith("livecodebench"):
+        if _is_livecodebench(spec):
             from corl_bench.livecodebench import read_release
-            rows = read_release(path)
+            rows = read_release(path, _release(spec))
         else:
             rows = read_jsonl(path)
         log.info("benchmark %s: %d rows from %s", spec.name, len(rows), path)
@@ -133,6 +238,17 @@ def load_rows(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> list[d
     return rows
 
 
+def frozen_file(spec: BenchmarkSpec) -> str:
+    """Where ``prepare`` writes the spec's rows, relative to the destination: ``source.local``, or for a
+    LiveCodeBench folder ``<folder>/<release>.jsonl`` (read back by :func:`corl_bench.livecodebench.read_release`)."""
+    if not spec.source.local:
+        raise ConfigError(f"benchmark {spec.name} has no source.local path to freeze into")
+    if _is_livecodebench(spec):
+        from corl_bench.livecodebench import frozen_name
+        return f"{spec.source.local.rstrip('/')}/{frozen_name(_release(spec))}"
+    return spec.source.local
+
+
 def prepare(specs: Sequence[BenchmarkSpec], dest: Path, data_dir: str | Path | None = None) -> dict[str, Any]:
     """Freeze benchmarks into ``dest`` in the local schema, with sha256 checksums; returns the manifest."""
     from corl_bench.results import atomic_write_text
@@ -141,14 +257,15 @@ def prepare(specs: Sequence[BenchmarkSpec], dest: Path, data_dir: str | Path | N
     manifest_path = dest / CHECKSUMS
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"files": {}, "benchmarks": {}}
     for spec in specs:
-        if not spec.source.local:
-            raise ConfigError(f"benchmark {spec.name} has no source.local path to freeze into")
+        rel = frozen_file(spec)
         rows = load_rows(spec, data_dir)
-        target = dest / spec.source.local
+        target = dest / rel
+        if target.parent.exists() and not target.parent.is_dir():
+            raise ConfigError(f"{target.parent} is a file; remove it so that `prepare` can write {target}")
         target.parent.mkdir(parents=True, exist_ok=True)
         text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True, default=str) + "\n" for r in rows)
         atomic_write_text(target, text)
-        manifest["files"][spec.source.local] = sha256(target)
-        manifest["benchmarks"][spec.name] = {"version": spec.version, "file": spec.source.local, "rows": len(rows)}
+        manifest["files"][rel] = sha256(target)
+        manifest["benchmarks"][spec.name] = {"version": spec.version, "file": rel, "rows": len(rows)}
     atomic_write_text(manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
