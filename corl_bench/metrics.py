@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from corl_bench.verifier import grade, is_equivalent, plurality_vote
+from corl_bench.verifier import grade, is_correct, plurality_vote
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +78,12 @@ def maj_at_k(answers: Sequence[Optional[str]], gold: str) -> bool:
     ``answers`` are normalised extracted answers (:func:`corl_bench.verifier.extract_normalized`),
     None for "no answer".  Votes are by exact string equality via
     :func:`corl_bench.verifier.plurality_vote` (None never votes, ties go to the first seen); the
-    winner is graded with :func:`corl_bench.verifier.is_equivalent`.  No valid answer -> False.
+    winner is graded with :func:`corl_bench.verifier.is_correct`.  No valid answer -> False.
     """
     vote = plurality_vote(list(answers))
     if vote.label is None:
         return False
-    return is_equivalent(vote.label, gold)
+    return is_correct(vote.label, gold)
 
 
 def bootstrap_ci(

@@ -183,8 +183,12 @@ def recorded_decoding(path: Path, benchmark: str) -> Optional[dict[str, Any]]:
 def equivalence_for(spec: BenchmarkSpec) -> Equivalence | None:
     """How two wrong answers of this benchmark are compared for w (None for code: programs are not compared)."""
     from corl_bench.scoring import GRADERS
+    from corl_bench.verifier import is_equivalent
 
-    return None if spec.grader == "tests" else GRADERS[spec.grader]
+    if spec.grader == "tests":
+        return None
+    # two predictions are compared as answers, without the evaluation grader's percent rule (0.05 vs 5 differ)
+    return is_equivalent if spec.grader == "math" else GRADERS[spec.grader]
 
 
 def _rows(path: Path, spec: BenchmarkSpec) -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ Extractors (completion -> answer string or None):
     letter     the last \\boxed{A-J} letter, else "answer is (X)" / "answer: X" (GPQA, boxed protocol)
     code       the last fenced code block (```python ... ```), else the completion itself (a continuation)
 
-Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.verifier.is_equivalent`: exact, numeric, then
-math-verify), ``exact`` (string equality after stripping), ``letter`` (case-insensitive letter equality) and
+Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.verifier.is_correct`: exact, numeric, then
+math-verify, then the Qwen evaluation grader's percent rule), ``exact`` (string equality after stripping), ``letter`` (case-insensitive letter equality) and
 ``tests`` (code: the program must pass the benchmark's tests in the sandbox; graded by :mod:`corl_bench.codeexec`,
 not here).
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
-from corl_bench.verifier import _extract_boxed, extract_normalized, is_equivalent, normalize_answer
+from corl_bench.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
 
 _NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 _LETTER_BOX = re.compile(r"\\boxed\s*\{\s*(?:\\text\{)?\s*\(?([A-Ja-j])\)?\s*\}?\s*\}")
@@ -78,7 +78,7 @@ def _tests(pred: Optional[str], gold: Optional[str]) -> bool:
 
 
 GRADERS: dict[str, Callable[[Optional[str], Optional[str]], bool]] = {
-    "math": is_equivalent, "exact": _exact, "letter": _letter, "tests": _tests,
+    "math": is_correct, "exact": _exact, "letter": _letter, "tests": _tests,
 }
 
 

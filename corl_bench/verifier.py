@@ -44,8 +44,8 @@ logger = logging.getLogger(__name__)
 NO_ANSWER = None
 
 __all__ = [
-    "NO_ANSWER", "Vote", "extract_answer", "extract_normalized", "grade", "is_equivalent",
-    "normalize_answer", "plurality_vote",
+    "NO_ANSWER", "Vote", "extract_answer", "extract_normalized", "grade", "is_correct", "is_equivalent",
+    "normalize_answer", "percent_equivalent", "plurality_vote",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -373,6 +373,35 @@ def is_equivalent(pred: Optional[str], gold: Optional[str]) -> bool:
     return _math_verify_equal(p, g)
 
 
+def percent_equivalent(pred: Optional[str], gold: Optional[str]) -> bool:
+    """The Qwen2.5-Math evaluation grader's percent rule (``math_equal(..., include_percentage=True)``).
+
+    A numeric prediction p is also right when it equals gold/100 or gold x 100, so ``5\\%`` (normalised to
+    ``5``) matches a gold ``0.05`` and ``0.05`` matches a gold ``5\\%``. The normaliser strips ``%`` / ``\\%``
+    before this sees either side, so the sign is not required (as in Qwen's grader). One deviation: when both
+    sides are integers the rule is not applied (Qwen's would accept ``500`` for a gold ``5``); an integer answer
+    off by a factor of 100 is a wrong answer, and this keeps every integer-answer grade unchanged. Values are
+    compared like :func:`is_equivalent` (1e-9 relative tolerance; Qwen: 1e-4).
+    """
+    if pred is None or gold is None:
+        return False
+    p, g = _normalize_cached(str(pred)), _normalize_cached(str(gold))
+    if p is None or g is None:
+        return False
+    pn, gn = _as_number(p), _as_number(g)
+    if pn is None or gn is None or (isinstance(pn, int) and isinstance(gn, int)):
+        return False
+    scaled = (Fraction(gn) / 100, Fraction(gn) * 100) if not isinstance(gn, float) else (gn / 100, gn * 100)
+    return any(_numbers_close(pn, s) for s in scaled)
+
+
+def is_correct(pred: Optional[str], gold: Optional[str]) -> bool:
+    """Evaluation grading of a normalised answer against a gold answer: :func:`is_equivalent`, then the Qwen
+    evaluation grader's percent rule (:func:`percent_equivalent`). Training rewards use :func:`is_equivalent`
+    alone, like the reference code's prm800k-style reward grader, which has no percent rule."""
+    return is_equivalent(pred, gold) or percent_equivalent(pred, gold)
+
+
 # ----------------------------------------------------------------------------------------------
 # Voting and grading
 # ----------------------------------------------------------------------------------------------
@@ -412,6 +441,6 @@ def plurality_vote(answers: Sequence[Optional[str]], threshold: float = 0.0) -> 
 
 
 def grade(completion: str, gold: str) -> tuple[Optional[str], bool]:
-    """Extract and normalise the completion's answer and check it against ``gold``."""
+    """Extract and normalise the completion's answer and grade it against ``gold`` (:func:`is_correct`)."""
     pred = extract_normalized(completion)
-    return pred, is_equivalent(pred, gold)
+    return pred, is_correct(pred, gold)
