@@ -56,8 +56,10 @@ def _lookup(registry: Any, name: str, field: str) -> Any:
 
 
 def resolve(cfg: Config) -> Plan:
-    """Validate everything that involves registries; return the resolved plan. Writes nothing."""
-    _lookup(PROFILES, cfg.model.profile, "model.profile")
+    """Validate everything that can be checked without training; return the resolved plan. Writes nothing.
+
+    ``corl-bench validate`` and ``corl-bench run`` both call this first, so validate refuses what run would."""
+    profile_cls = _lookup(PROFILES, cfg.model.profile, "model.profile")
     method_cls = _lookup(METHODS, cfg.method.name, "method.name")
     cohort = cfg.cohort
     if not cohort.agents:
@@ -75,7 +77,25 @@ def resolve(cfg: Config) -> Plan:
         if spec.get("profile", cfg.model.profile) != cfg.model.profile:
             raise ConfigError(f"eval.benchmarks: {b!r} belongs to profile {spec.get('profile')!r}, not "
                               f"{cfg.model.profile!r}")
+        if hasattr(profile_cls, "check_benchmark"):
+            profile_cls.check_benchmark(b, spec)
+    _check_output_dir(Path(cfg.run.output_dir))
+    if hasattr(profile_cls, "check_writable"):
+        profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     return Plan(cfg.replace(cohort=cohort), method_cls, options)
+
+
+def _check_output_dir(path: Path) -> None:
+    """One-line ConfigError when run directories could not be created under ``path`` (nothing is created)."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if probe != path and not probe.is_dir():
+        raise ConfigError(f"run.output_dir {path}: {probe} is a file, not a directory; set run.output_dir to a "
+                          "writable directory")
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot create run directories under {path} ({probe} is not writable); set "
+                          "run.output_dir to a writable directory")
 
 
 def default_run_id(cfg: Config) -> str:

@@ -76,6 +76,15 @@ def _pump(family: str, proc: subprocess.Popen, progress: ProgressFn | None) -> N
             progress(family, int(parts[1]), int(parts[2]))
 
 
+def _check_creatable(path: Path, what: str, fix: str) -> None:
+    """ConfigError unless ``path`` exists as a writable directory or its nearest existing ancestor is writable."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot create {what} {path} ({probe} is not a writable directory); {fix}")
+
+
 class MicroProfile:
     """Tiny models of different families and procedurally generated math (the embedded default)."""
 
@@ -97,6 +106,12 @@ class MicroProfile:
     def checkpoint_dir(self, family: str) -> Path:
         fam = self.family(family)
         return self.cache_root / f"micro-v{CACHE_VERSION}" / f"{fam.name}-{fingerprint(fam)}"
+
+    def check_writable(self, families: list[str]) -> None:
+        """One-line ConfigError if checkpoints must be built and the cache cannot be created (nothing is written)."""
+        if self.missing(families):
+            _check_creatable(self.cache_root, "the micro model cache", "set model.cache_dir or $CORL_BENCH_CACHE to a "
+                             "writable directory")
 
     def missing(self, families: list[str]) -> list[str]:
         return [f for f in dict.fromkeys(families) if not (self.checkpoint_dir(f) / "config.json").is_file()]
@@ -146,6 +161,16 @@ class MicroProfile:
     def render(self, problem: Problem, view: str) -> str:
         return render_prompt(problem.text(view))
 
+    @staticmethod
+    def check_benchmark(name: str, spec: dict[str, Any]) -> None:
+        """Raise a one-line ConfigError unless this profile can evaluate benchmark ``name`` (no data is read)."""
+        if spec.get("profile") != "micro":
+            from corl_bench.registries import BENCHMARKS
+
+            micro = [b for b, s in BENCHMARKS.items() if s.get("profile") == "micro"]
+            raise ConfigError(f"eval.benchmarks: {name!r} is not a micro benchmark; the micro profile evaluates "
+                              f"{' or '.join(micro)} (set eval.benchmarks=[micro-test])")
+
     def benchmark(self, name: str) -> list[BenchItem]:
         from corl_bench.registries import BENCHMARKS
 
@@ -153,7 +178,5 @@ class MicroProfile:
             spec = BENCHMARKS.get(name)
         except KeyError as e:
             raise ConfigError(str(e)) from None
-        if spec.get("profile") != "micro":
-            raise ConfigError(f"benchmark {name!r} is not a micro benchmark; the micro profile evaluates "
-                              f"micro-test or micro-dev")
+        self.check_benchmark(name, spec)
         return [BenchItem(p.id, p, p.answer) for p in test_suite(spec["source"]["suite"])]
