@@ -24,15 +24,23 @@ KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles")
 
 
 def _fail(msg: str) -> None:
-    console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
 def _setup_logging(verbose: bool) -> None:
-    from rich.logging import RichHandler
+    """Rich records in a terminal; plain timestamped lines in CI logs, under nohup or through a pipe."""
+    if console.is_terminal:
+        from rich.logging import RichHandler
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s",
-                        handlers=[RichHandler(console=console, show_path=False)], force=True)
+        handler: logging.Handler = RichHandler(console=console, show_path=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler], force=True)
     for noisy in ("transformers", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
@@ -90,7 +98,7 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
         raise
     except KeyboardInterrupt:
         _fail("interrupted; the run directory keeps what was written so far (run.json status: failed)")
-    console.print(f"run directory: {run_dir}")
+    console.print(f"run directory: {run_dir}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -118,50 +126,87 @@ def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (de
 
 @app.command("ls")
 def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmarks | families | profiles")) -> None:
-    """List what is registered (never imports torch)."""
-    from rich.table import Table
-
+    """List what is registered (never imports torch). Names are never cut: a table in a terminal wide enough for
+    them, else (a pipe, a log, a narrow terminal) plain tab-separated rows under a header row."""
     from corl_bench import registries
 
     if kind not in KINDS:
         _fail(f"unknown kind {kind!r}; valid: {', '.join(KINDS)}")
     try:
-        reg = getattr(registries, kind.upper())
-        table = Table(title=kind)
-        if kind == "methods":
-            for col in ("name", "agents", "extra cost", "uses labels", "reference"):
-                table.add_column(col)
-            for name, cls in reg.items():
-                agents = f"{cls.min_agents}+" if cls.max_agents is None else str(cls.min_agents)
-                table.add_row(name, agents, cls.extra_cost, "yes" if cls.uses_labels else "no", cls.reference)
-        elif kind == "cohorts":
-            for col in ("name", "profile", "agents (ring order)", "description"):
-                table.add_column(col)
-            for name, c in reg.items():
-                agents = ", ".join(f"{a.name}" + (f" [{a.view}]" if a.view != "original" else "") for a in c.agents)
-                table.add_row(name, c.profile, agents, c.description)
-        elif kind == "benchmarks":
-            for col in ("name", "version", "task", "k", "decoding", "extractor/grader", "data"):
-                table.add_column(col)
-            for name, spec in reg.items():
-                dec, src = spec.get("decoding") or {}, spec.get("source") or {}
-                decoding = (("greedy + " if dec.get("greedy") else "") + f"T={dec.get('temperature')} "
-                            f"top-p={dec.get('top_p')} ≤{dec.get('max_new_tokens')} tok")
-                data = src.get("local") or src.get("suite") or "-"
-                table.add_row(name, str(spec.get("version")), str(spec.get("task")), str(dec.get("samples")),
-                              decoding, f"{spec.get('extractor')}/{spec.get('grader')}", str(data))
-        elif kind == "families":
-            for col in ("name", "architecture", "tokenizer", "flaw (p_sys)"):
-                table.add_column(col)
-            for name, fam in reg.items():
-                table.add_row(name, fam.arch.replace("Config", ""), fam.tokenizer, f"{fam.flaw} ({fam.p_sys})")
-        else:
-            table.add_column("name")
-            for name in reg.names():
-                table.add_row(name)
+        columns, rows = _LISTINGS[kind](getattr(registries, kind.upper()))
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
-    Console().print(table)
+    _print_listing(kind, columns, rows)
+
+
+Listing = tuple[tuple[str, ...], list[tuple[str, ...]]]
+
+
+def _list_methods(reg) -> Listing:
+    rows = [(name, f"{cls.min_agents}+" if cls.max_agents is None else str(cls.min_agents), cls.extra_cost,
+             "yes" if cls.uses_labels else "no", cls.reference) for name, cls in reg.items()]
+    return ("name", "agents", "extra cost", "uses labels", "reference"), rows
+
+
+def _list_cohorts(reg) -> Listing:
+    rows = [(name, c.profile, ", ".join(a.name + (f" [{a.view}]" if a.view != "original" else "") for a in c.agents),
+             c.description) for name, c in reg.items()]
+    return ("name", "profile", "agents (ring order)", "description"), rows
+
+
+def _list_benchmarks(reg) -> Listing:
+    rows = []
+    for name, spec in reg.items():
+        dec, src = spec.get("decoding") or {}, spec.get("source") or {}
+        decoding = (("greedy + " if dec.get("greedy") else "") + f"T={dec.get('temperature')} "
+                    f"top-p={dec.get('top_p')} ≤{dec.get('max_new_tokens')} tok")
+        rows.append((name, str(spec.get("version")), str(spec.get("task")), str(dec.get("samples")), decoding,
+                     f"{spec.get('extractor')}/{spec.get('grader')}", str(src.get("local") or src.get("suite") or "-")))
+    return ("name", "version", "task", "k", "decoding", "extractor/grader", "data"), rows
+
+
+def _list_families(reg) -> Listing:
+    rows = [(name, fam.arch.replace("Config", ""), fam.tokenizer, f"{fam.flaw} ({fam.p_sys})")
+            for name, fam in reg.items()]
+    return ("name", "architecture", "tokenizer", "flaw (p_sys)"), rows
+
+
+def _list_profiles(reg) -> Listing:
+    return ("name",), [(name,) for name in reg.names()]
+
+
+_LISTINGS = {"methods": _list_methods, "cohorts": _list_cohorts, "benchmarks": _list_benchmarks,
+             "families": _list_families, "profiles": _list_profiles}
+
+
+def _print_listing(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A rich table whose name column is never cut, or plain tab-separated rows where it would not fit."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out = Console()
+    if out.is_terminal and _table_fits(out.width, columns, rows):
+        table = Table(title=title)
+        table.add_column(columns[0], no_wrap=True, min_width=max(len(r[0]) for r in [columns, *rows]))
+        for col in columns[1:]:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))  # Text: "[rephrased]" is not markup
+        out.print(table)
+        return
+    for row in (columns, *rows):
+        typer.echo("\t".join(" ".join(cell.split()) for cell in row))
+
+
+def _table_fits(width: int, columns: tuple[str, ...], rows: list[tuple[str, ...]], room: int = 10) -> bool:
+    """Whether the whole name column plus ``room`` cells for each other column (less for a column whose longest
+    word is shorter) fits: rich then wraps those columns and folds only words longer than the room they get."""
+    from rich.cells import cell_len
+
+    cols = list(zip(columns, *rows))
+    words = [max(cell_len(w) for cell in col for w in cell.split() or [""]) for col in cols[1:]]
+    need = max(cell_len(c) for c in cols[0]) + sum(min(w, room) for w in words) + 3 * len(cols) + 1
+    return need <= width
 
 
 @app.command()

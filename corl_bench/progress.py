@@ -1,27 +1,49 @@
-"""Rich progress for a run (one bar per phase with ETA) and the closing summary table."""
+"""Rich progress for a run (one bar per phase with ETA) and the closing summary table.
+
+In a terminal the phases are live bars. Elsewhere (CI logs, ``nohup``, ``| tee``) nothing live is drawn: each phase
+writes a plain timestamped line at its first step and at every 10 %, and the summary table has no heavy rules.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from rich import box
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, Task, TaskID, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.table import Table
 
 from corl_bench.table import print_wide
 
 
+def stamp() -> str:
+    """Local time as plain log lines show it, e.g. ``2026-12-01 15:04:05``."""
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def plain_line(task: Task) -> str:
+    """``eval base: 120/1200 (12 s, eta 100 s) status`` for a task (no timestamp)."""
+    left = task.time_remaining
+    eta = f", eta {left:.0f} s" if left is not None and task.completed < (task.total or 0) else ""
+    return (f"{task.description}: {int(task.completed)}/{int(task.total or 0)} "
+            f"({task.elapsed or 0:.0f} s{eta}) {task.fields.get('status', '')}").rstrip()
+
+
 class RunProgress:
-    """Context manager around ``rich.progress.Progress`` with the phases of a run."""
+    """Context manager around ``rich.progress.Progress`` with the phases of a run.
+
+    The live display runs only when the console is a terminal; otherwise the Progress is disabled (it still keeps
+    the tasks' counts and speeds) and :meth:`advance` logs plain timestamped lines instead."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
+        self.live = self.console.is_terminal
         self.progress = Progress(TextColumn("[bold]{task.description:<22}"), BarColumn(bar_width=30),
                                  MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("eta"),
                                  TimeRemainingColumn(), TextColumn("{task.fields[status]}"), console=self.console,
-                                 transient=False)
+                                 transient=False, disable=not self.live)
         self._logged: dict[TaskID, int] = {}
 
     def __enter__(self) -> "RunProgress":
@@ -30,6 +52,13 @@ class RunProgress:
 
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
+
+    def say(self, text: str) -> None:
+        """A message beside the bars (terminal) or one plain timestamped line (logs)."""
+        if self.live:
+            self.console.log(text)
+        else:
+            self.console.print(f"{stamp()} {text}", markup=False, highlight=False, soft_wrap=True)
 
     def add(self, description: str, total: int) -> TaskID:
         task = self.progress.add_task(description, total=total, status="")
@@ -41,15 +70,16 @@ class RunProgress:
             self.progress.advance(task, n)
         else:
             self.progress.update(task, advance=n, status=status)
-        if not self.console.is_terminal:  # logs and CI: a plain line at every 10 % instead of a live bar
-            t = self.progress.tasks[task]
-            decile = int(10 * t.completed / t.total) if t.total else 10
-            if decile > self._logged.get(task, -1):
-                self._logged[task] = decile
-                left = t.time_remaining
-                eta = f", eta {left:.0f} s" if left is not None and t.completed < t.total else ""
-                self.console.log(f"{t.description}: {int(t.completed)}/{int(t.total or 0)} "
-                                 f"({t.elapsed or 0:.0f} s{eta}) {t.fields.get('status', '')}".rstrip())
+        if not self.live:
+            self._log_decile(task)
+
+    def _log_decile(self, task: TaskID) -> None:
+        """A plain line at the first step and at every further 10 % of ``task``."""
+        t = self.progress.tasks[task]
+        decile = int(10 * t.completed / t.total) if t.total else 10
+        if decile > self._logged.get(task, -1):
+            self._logged[task] = decile
+            self.say(plain_line(t))
 
     def warm_start(self, profile: Any, families: list[str]) -> None:
         """Build missing micro checkpoints with one bar per family (no bar when everything is cached)."""
@@ -65,8 +95,7 @@ class RunProgress:
 
         t = time.perf_counter()
         profile.ensure_checkpoints(families, progress=report)
-        self.console.log(f"warm start of {', '.join(missing)} took {time.perf_counter() - t:.0f} s "
-                         f"(cached for later runs)")
+        self.say(f"warm start of {', '.join(missing)} took {time.perf_counter() - t:.0f} s (cached for later runs)")
 
 
 def _fmt(x: float | None) -> str:
@@ -97,7 +126,9 @@ def summary_table(console: Console | None, info: dict, scores: dict, history: li
     """Per agent and benchmark: base → final (greedy, pass@1, maj@k) and the label-free diagnostics at the end."""
     console = console or Console(stderr=True)
     table = Table(title=f"{info['method']} · {info['cohort']} · seed {info['seed']} · "
-                        f"{info.get('wall_seconds', 0):.0f} s · {info['run_id']}")
+                        f"{info.get('wall_seconds', 0):.0f} s · {info['run_id']}",
+                  box=box.HEAVY_HEAD if console.is_terminal else box.SIMPLE,  # logs: no heavy rules (━)
+                  show_edge=console.is_terminal)
     for col in ("agent", "benchmark", "greedy", "pass@1", "maj@k", "label acc", "peer agree", "reward"):
         table.add_column(col, justify="left" if col in ("agent", "benchmark") else "right")
     base, final = scores.get("base", {}), scores.get("final", {})
@@ -111,8 +142,9 @@ def summary_table(console: Console | None, info: dict, scores: dict, history: li
                           _raw(_tail_mean(history, agent, "reward/mean")))
     print_wide(console, table)
     timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in info.get("timings", {}).items())
-    console.print(f"time per phase: {timings}")
+    whole = not console.is_terminal  # a log line is never broken at 80 columns
+    console.print(f"time per phase: {timings}", soft_wrap=whole)
     console.print("diagnostics: mean over the last 20 % of steps (reward in its own units); "
                   "scores in %, recomputed from "
-                  "eval/<phase>/<agent>/*.jsonl")
+                  "eval/<phase>/<agent>/*.jsonl", soft_wrap=whole)
     return table

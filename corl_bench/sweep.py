@@ -187,18 +187,25 @@ def run_sweep(spec: SweepSpec, *, console: Any = None, on_cell: Callable[[Cell, 
     quiet = Console(quiet=True)
     with Progress(TextColumn(f"[bold]sweep {spec.name}"), BarColumn(bar_width=30), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[cell]}"),
-                  console=console) as progress:
+                  console=console, disable=not console.is_terminal) as progress:
         task = progress.add_task("sweep", total=len(cells), cell="")
         for cell in cells:
             with claim(spec, cell) as mine:
                 if not mine:
                     out["elsewhere"].append(cell.run_id)
-                    if not console.is_terminal:
-                        console.log(f"sweep {spec.name}: {cell.run_id} (running in another worker)")
+                    _plain(console, f"sweep {spec.name}: {cell.run_id} (running in another worker)")
                 else:
                     _run_cell(spec, cell, out, progress, task, console, quiet, on_cell)
             progress.advance(task, 1)
     return out
+
+
+def _plain(console: Any, text: str) -> None:
+    """Off a terminal (logs, pipes) the live bar is disabled: one plain timestamped line per cell instead."""
+    if not console.is_terminal:
+        import time
+
+        console.print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: Any, task: Any, console: Any,
@@ -208,8 +215,7 @@ def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: 
 
     status = cell_status(spec, cell)  # read after claiming: another worker may have finished it meanwhile
     progress.update(task, cell=f"{cell.run_id} ({status})")
-    if not console.is_terminal:
-        console.log(f"sweep {spec.name}: {cell.run_id} ({status})")
+    _plain(console, f"sweep {spec.name}: {cell.run_id} ({status})")
     if on_cell is not None:
         on_cell(cell, status)
     if status == "finished":
