@@ -13,12 +13,13 @@ result records what contained it. Modes, strongest first:
 
 * ``root`` (euid 0): ``unshare`` gives the program its own PID, mount (private /proc), IPC and network namespaces,
   then ``setpriv`` drops to an unprivileged uid with no-new-privs. Each concurrent run gets a uid of its own
-  (from ``SANDBOX_UID_BASE``, owned by no account), so one run's fork bomb cannot use up another's process limit
-  and runs cannot touch each other's files. The program is PID 1 of its namespace: when it exits or is killed,
-  the kernel kills every process it started, even those that left the group with ``setsid`` (as PID 1 it has
-  ``os.getppid() == 0`` and ignores signals it sends itself without a handler). No network, not even loopback.
-  RLIMIT_NPROC, never enforced for uid 0, counts only this run's processes. It can write only its directory and
-  world-writable places such as /tmp (swept afterwards); it can read world-readable files.
+  (from ``SANDBOX_UID_BASE``, owned by no account; see "uid slots" below), so one run's fork bomb cannot use up
+  another's process limit and runs cannot touch each other's files. The program is PID 1 of its namespace: when
+  it exits or is killed, the kernel kills every process it started, even those that left the group with
+  ``setsid`` (as PID 1 it has ``os.getppid() == 0`` and ignores signals it sends itself without a handler). No
+  network, not even loopback. RLIMIT_NPROC, never enforced for uid 0, counts only this run's processes. It can
+  write only its directory and world-writable places such as /tmp (swept afterwards); it can read world-readable
+  files.
 * ``userns`` (not root, unprivileged user namespaces allowed): the same namespaces, but the program runs as the
   calling user, so that user's files are NOT protected. RLIMIT_NPROC counts all of the user's processes, so it
   is set to their current count + ``max_processes`` (concurrent runs share that headroom).
@@ -27,6 +28,18 @@ result records what contained it. Modes, strongest first:
   Processes that left the group are killed afterwards by signalling everything of the run's uid.
 * ``none``: rlimits and a new session only, as the calling user; as root that means no process limit, any file
   writable and any process killable. A warning is logged once. Processes that left the group survive the run.
+
+uid slots (modes root and uid): the ``SANDBOX_UID_SLOTS`` uids are claimed across threads AND processes of the
+host. A run holds an exclusive ``flock`` on ``<SANDBOX_LOCK_DIR>/<uid>.lock`` (/run/corl-sandbox, made on first
+use, mode 0700 and owned by root, so a sandbox uid can neither enter it nor delete or replace a lock; where /run
+is missing, corl-sandbox-locks under the temp directory) from before its program starts until its clean-up
+(killing every process of the uid, removing the uid's files from /tmp, /var/tmp and /dev/shm) has ended. Each
+claim opens the lock anew (flock is per open file description) and a per-process set keeps threads off the slots
+their process holds. When all slots are busy, a run waits (backoff up to 0.25 s) rather than share one. The
+kernel drops the lock of a process that dies; the first byte of the lock file says whether its last holder
+released it clean (no process of the uid left), and if not, the next run that claims the slot kills the uid's
+processes and sweeps its files before its program starts. So a run's directory (made by root, then given to the
+run's uid) and its processes are only ever cleaned up by that run.
 
 Where the kernel does not allow a network namespace, "auto" ends in ``uid`` (root) or ``none``: the program has
 the host's network, a warning says so, and ``isolation.network_namespace`` is False in every result. In ``root``
@@ -39,14 +52,15 @@ Linux only; stdlib only.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import logging
 import math
 import os
-import queue
 import secrets
 import shutil
 import signal
 import subprocess
+import stat
 import sys
 import tempfile
 import threading
@@ -61,7 +75,8 @@ MODES = ("root", "userns", "uid", "none")
 STATUSES = ("ok", "error", "timeout", "memory", "killed", "incomplete")
 SYSTEM_PYTHON = "/usr/bin/python3"
 SANDBOX_UID_BASE = 1_999_990_000  # far above login users (< 60000), nobody (65534) and the usual subuid ranges
-SANDBOX_UID_SLOTS = 64  # at most this many runs at once in the root/uid modes
+SANDBOX_UID_SLOTS = 64  # at most this many runs at once in the root/uid modes, over all processes of the host
+SANDBOX_LOCK_DIR = "/run/corl-sandbox"  # the slot locks; not world-writable, unlike /tmp, and not age-cleaned
 _NAMESPACES = ["--fork", "--kill-child", "--pid", "--mount-proc", "--net", "--ipc"]
 _SWEPT_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 # What unshare (util-linux 2.38) prints, exiting 1, when its child died of SIGKILL (CPU limit, OOM killer).
@@ -151,9 +166,11 @@ class ExecResult:
         return self.status == "ok"
 
 
-_free_uids: queue.SimpleQueue[int] = queue.SimpleQueue()
-for _uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + SANDBOX_UID_SLOTS):
-    _free_uids.put(_uid)
+_slots_lock = threading.Lock()  # guards the three below
+_slots_held: set[int] = set()  # uids this process's threads hold
+_slots_pid = os.getpid()  # the process _slots_held belongs to (a forked child starts with none held)
+_lock_dir: str | None = None  # created on first use
+_SLOT_CLEAN, _SLOT_IN_USE = b"c", b"u"  # first byte of a slot's lock file: how its last holder released it
 _resolved: dict[tuple[str, str | None], Isolation] = {}
 _resolve_lock = threading.Lock()
 
@@ -231,7 +248,26 @@ def check_many(pairs: Sequence[tuple[str, str]], *, workers: int = 2, **kwargs) 
 
 
 def _execute(source: str, stdin: str, limits: SandboxLimits, iso: Isolation) -> ExecResult:
-    uid = _free_uids.get() if iso.uid_dropped else os.getuid()
+    if not iso.uid_dropped:
+        return _run(source, stdin, limits, iso, os.getuid())[0]
+    uid, lock_fd, unclean = _claim_uid()
+    no_process_left = False
+    try:
+        if unclean:
+            _clear_leftovers(uid)
+        result, no_process_left = _run(source, stdin, limits, iso, uid)
+        return result
+    finally:
+        try:
+            no_process_left = no_process_left or _kill_uid(uid)  # (if _run did not get to it)
+            _remove_files_of(uid)
+        finally:
+            _release_uid(uid, lock_fd, clean=no_process_left)
+
+
+def _run(source: str, stdin: str, limits: SandboxLimits, iso: Isolation, uid: int) -> tuple[ExecResult, bool]:
+    """One run as ``uid`` (modes root and uid: a slot the caller holds) and whether no process of it is left."""
+    no_process_left = not iso.uid_dropped
     workdir = tempfile.mkdtemp(prefix="corl-sandbox-")
     try:
         with open(os.path.join(workdir, "prog.py"), "w", encoding="utf-8") as f:
@@ -261,20 +297,17 @@ def _execute(source: str, stdin: str, limits: SandboxLimits, iso: Isolation) -> 
             proc.returncode = returncode = os.waitstatus_to_exitcode(wait_status)
             wall = time.monotonic() - start
             if iso.uid_dropped:
-                _kill_uid(uid)
+                no_process_left = _kill_uid(uid)
             stdout, cut_out = _read_capped(fout, limits.max_output_bytes)
             stderr, cut_err = _read_capped(ferr, limits.max_output_bytes)
     finally:
         _remove_tree(workdir)
-        if iso.uid_dropped:
-            _remove_files_of(uid)
-            _free_uids.put(uid)
     if iso.pid_namespace and returncode == 1 and stderr.rstrip().endswith(_UNSHARE_KILLED):
         returncode, stderr = -signal.SIGKILL, stderr.rstrip()[: -len(_UNSHARE_KILLED)]
     cpu = usage.ru_utime + usage.ru_stime
     status = _status(returncode, stderr, cpu, expired.is_set(), limits)
     return ExecResult(status, returncode, stdout, stderr, cut_out or cut_err, round(wall, 3), round(cpu, 3),
-                      dataclasses.replace(iso, uid=uid))
+                      dataclasses.replace(iso, uid=uid)), no_process_left
 
 
 def _status(returncode: int, stderr: str, cpu: float, expired: bool, limits: SandboxLimits) -> str:
@@ -300,6 +333,92 @@ def _isolation_prefix(mode: str, uid: int) -> list[str]:
     return drop if mode == "uid" else []
 
 
+def _lock_directory() -> str:
+    """The directory of the slot locks, made on first use (call with _slots_lock held)."""
+    global _lock_dir
+    if _lock_dir is None:
+        path = SANDBOX_LOCK_DIR
+        if not os.path.isdir(os.path.dirname(path)):
+            path = os.path.join(tempfile.gettempdir(), "corl-sandbox-locks")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise RuntimeError(f"cannot make the sandbox lock directory {path}: {exc}") from exc
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise RuntimeError(f"sandbox lock directory {path} is not a directory owned by uid {os.geteuid()}: "
+                               "remove it (a sandboxed program may have made it)")
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.chmod(path, 0o700)
+        _lock_dir = path
+    return _lock_dir
+
+
+def _claim_uid() -> tuple[int, int, bool]:
+    """Claim a free uid slot, across threads and processes: (uid, fd holding its exclusive flock, unclean).
+
+    unclean: its last holder did not release it as clean (it died mid-run, or the slot is new), so processes or
+    files of the uid may be left. Waits while all slots are busy. Release with :func:`_release_uid`.
+    """
+    global _slots_pid
+    delay, since, warn_at = 0.01, time.monotonic(), 60.0
+    while True:
+        with _slots_lock:
+            if _slots_pid != os.getpid():  # forked: the parent's threads, and the slots they hold, are not here
+                _slots_held.clear()
+                _slots_pid = os.getpid()
+            directory = _lock_directory()
+            for uid in range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + SANDBOX_UID_SLOTS):
+                if uid in _slots_held:
+                    continue
+                fd = os.open(os.path.join(directory, f"{uid}.lock"),
+                             os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    unclean = os.pread(fd, 1, 0) != _SLOT_CLEAN
+                    os.pwrite(fd, _SLOT_IN_USE, 0)
+                except OSError:
+                    os.close(fd)
+                    raise
+                _slots_held.add(uid)
+                return uid, fd, unclean
+        if time.monotonic() - since > warn_at:
+            logger.warning("all %d sandbox uid slots busy for %.0f s (locks in %s); still waiting",
+                           SANDBOX_UID_SLOTS, warn_at, directory)
+            warn_at *= 2
+        time.sleep(delay)
+        delay = min(2 * delay, 0.25)
+
+
+def _release_uid(uid: int, fd: int, clean: bool = False) -> None:
+    """Release a claimed slot; clean: no process of the uid is left (its files are swept)."""
+    try:
+        if clean:
+            os.pwrite(fd, _SLOT_CLEAN, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)  # also for copies of fd that a fork made meanwhile
+    finally:
+        os.close(fd)
+        with _slots_lock:
+            _slots_held.discard(uid)
+
+
+def _clear_leftovers(uid: int) -> None:
+    """Kill the processes and sweep the files of a just claimed uid that its last holder may have left."""
+    tasks = _tasks_of(uid)
+    if tasks:
+        _kill_uid(uid)
+    removed = _remove_files_of(uid)
+    if tasks or removed:
+        logger.info("sandbox uid %d: killed %d tasks and removed %d files left by an earlier run", uid, len(tasks),
+                    removed)
+
+
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -322,22 +441,24 @@ def _tasks_of(uid: int) -> list[int]:
     return tasks
 
 
-def _kill_uid(uid: int) -> None:
-    """Kill every process of a sandbox uid (also those that left the group) and wait until none is left."""
+def _kill_uid(uid: int) -> bool:
+    """Kill every process of a sandbox uid (also those that left the group) and wait until none is left (True)."""
     deadline = time.monotonic() + 5.0
     while _tasks_of(uid):
         if time.monotonic() > deadline:
             logger.warning("sandbox uid %d still has processes after 5 s", uid)
-            return
+            return False
         # kill(-1) as that uid reaches exactly the processes of that uid, in any PID namespace.
         subprocess.run([shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                         "--", "/bin/sh", "-c", "kill -9 -1"], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=5, check=False)
         time.sleep(0.01)
+    return True
 
 
-def _remove_files_of(uid: int) -> None:
-    """Remove what a sandbox uid left in the world-writable directories."""
+def _remove_files_of(uid: int) -> int:
+    """Remove what a sandbox uid left in the world-writable directories; how many entries were removed."""
+    removed = 0
     for top in _SWEPT_DIRS:
         try:
             entries = list(os.scandir(top))
@@ -351,10 +472,12 @@ def _remove_files_of(uid: int) -> None:
                     shutil.rmtree(entry.path)
                 else:
                     os.unlink(entry.path)
+                removed += 1
             except FileNotFoundError:
-                continue  # another run's directory, removed meanwhile
+                continue  # gone meanwhile
             except OSError as exc:
                 logger.warning("could not remove %s left by sandbox uid %d: %s", entry.path, uid, exc)
+    return removed
 
 
 def _remove_tree(path: str) -> None:
@@ -363,7 +486,8 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path)
         return
     except OSError:
-        pass
+        if not os.path.lexists(path):
+            return  # the program removed it itself (it can: it ran as the directory's owner)
     os.chmod(path, 0o700)
     for root, dirs, _ in os.walk(path):
         for d in dirs:

@@ -11,13 +11,18 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from corl_bench.sandbox import (
+    SANDBOX_UID_SLOTS,
     SandboxLimits,
+    _claim_uid,
+    _release_uid,
     check_many,
     check_program,
     resolve_isolation,
@@ -165,6 +170,12 @@ def test_temp_dir_is_removed_even_if_made_unreadable(any_mode):
     assert result.passed
     workdir = result.stdout.strip()
     assert workdir.startswith(tempfile.gettempdir()) and not os.path.exists(workdir)
+
+
+def test_program_removing_its_own_directory_is_harmless(any_mode):
+    src = "import os, shutil\nshutil.rmtree(os.getcwd())\nprint('removed')\n"
+    result = run_program(src, limits=FAST, isolation=any_mode)
+    assert result.passed and result.stdout.strip() == "removed"
 
 
 def test_check_many_keeps_input_order(any_mode):
@@ -322,3 +333,155 @@ def test_reference_solutions_pass_under_the_sandbox():
     pairs += [(r["code"], r["test_setup_code"] + "\n" + "\n".join(r["test_list"])) for r in rows("mbpp")]
     results = check_many(pairs, workers=2)
     assert [r.status for r in results] == ["ok"] * 20
+
+
+# --- uid slots across processes --------------------------------------------------------------------------------
+
+# A process that runs a batch with check_many. It loads corl_bench.sandbox, or for a manual check of another
+# version the file named by CORL_TEST_SANDBOX_MODULE_FILE (e.g. git show HEAD~1:corl_bench/sandbox.py > f).
+_RACE_CHILD = """\
+import importlib.util, json, os, sys
+path = os.environ.get("CORL_TEST_SANDBOX_MODULE_FILE")
+if path:
+    spec = importlib.util.spec_from_file_location("sandbox_under_test", path)
+    sandbox = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sandbox)
+else:
+    import corl_bench.sandbox as sandbox
+mode, pairs = json.loads(sys.stdin.readline())
+sandbox.resolve_isolation(mode)
+print("ready", flush=True)
+sys.stdin.readline()  # go: every process has probed
+limits = sandbox.SandboxLimits(cpu_seconds=2, wall_seconds=8, memory_mb=256, max_processes=16, max_file_mb=4,
+                               max_output_bytes=4096)
+results = sandbox.check_many(pairs, workers=3, limits=limits, isolation=mode)
+print(json.dumps([[r.status, r.stdout, r.isolation.uid] for r in results]), flush=True)
+"""
+
+
+def _race_batch(proc: int, token: str) -> tuple[list[tuple[str, str]], list[str | None]]:
+    """(program, tests) pairs of one process and the stdout each correct one must print (None: hostile)."""
+    good = ("import os, time\nopen('mine', 'w').write('{name}')\ntime.sleep({sleep})\n"
+            "assert open('mine').read() == '{name}' and os.path.exists('prog.py')\nprint('done {name}')\n")
+    hostile = [  # each runs as the uid of its slot and attacks whatever else runs as that uid
+        "import os, signal, time\nfor _ in range(12):\n    time.sleep(0.1)\n"
+        "    try:\n        os.kill(-1, signal.SIGKILL)\n    except OSError:\n        pass\nprint('still here')\n",
+        f"import os, shutil\nfor d in ('/tmp', '/var/tmp', '/dev/shm'):\n"
+        f"    open(os.path.join(d, 'corl-race-{token}-p{proc}-{{i}}'), 'w').write('x')\n"
+        "for e in os.scandir('/tmp'):  # other runs' directories\n"
+        "    if e.name.startswith('corl-sandbox-') and e.path != os.getcwd():\n"
+        "        shutil.rmtree(e.path, ignore_errors=True)\nprint('littered')\n",
+        f"import subprocess\nsubprocess.Popen(['sleep', '30.{token}'], start_new_session=True)\nprint('forked')\n",
+    ]
+    pairs, expected = [], []
+    for i in range(9):
+        if i % 3 == 1:
+            pairs.append((hostile[(i // 3 + proc) % 3].replace("{i}", str(i)), ""))
+            expected.append(None)
+        else:
+            name = f"p{proc}-{i}"
+            pairs.append((good.format(name=name, sleep=0.5 + 0.25 * ((i + proc) % 7)), "assert True\n"))
+            expected.append(f"done {name}\n")
+    return pairs, expected
+
+
+@pytest.mark.slow  # ~10 s per mode on 2 cores
+@pytest.mark.parametrize("mode", ["root", "uid"])
+def test_concurrent_processes_never_share_a_sandbox_uid(mode):
+    """3 processes x 3 threads: correct programs (sleeping 0.5-2 s) run beside hostile ones as other uid slots;
+    each correct program passes and nothing crashes. With a per-process uid pool, every round fails."""
+    try:
+        resolve_isolation(mode)
+    except RuntimeError as exc:
+        pytest.skip(f"isolation mode {mode!r} (sandbox uid slots) unavailable here: {exc}")
+    token = str(os.getpid())
+    for round_ in range(2):
+        batches = [_race_batch(p, token) for p in range(3)]
+        procs = []
+        for pairs, _ in batches:  # probes one after the other, then all batches at once
+            procs.append(subprocess.Popen([sys.executable, "-c", _RACE_CHILD], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            procs[-1].stdin.write(json.dumps([mode, pairs]) + "\n")
+            procs[-1].stdin.flush()
+            assert procs[-1].stdout.readline().strip() == "ready", procs[-1].communicate()[1][-2000:]
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outputs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, err) in zip(procs, outputs):
+            last = (err.strip().splitlines() or ["?"])[-1]
+            assert p.returncode == 0, f"round {round_}: a process crashed: {last}\n{err[-3000:]}"
+        for (_, expected), (out, _) in zip(batches, outputs):
+            results = json.loads(out.strip().splitlines()[-1])
+            for want, (status, stdout, uid) in zip(expected, results, strict=True):
+                if want is not None:
+                    assert (status, stdout) == ("ok", want), f"round {round_}, uid {uid}: {status} {stdout!r}"
+    for d in ("/tmp", "/var/tmp", "/dev/shm"):
+        assert not list(Path(d).glob(f"corl-race-{token}-*")), f"litter left in {d}"
+    sleepers = [c for c in Path("/proc").glob("[0-9]*/cmdline") if f"30.{token}".encode() in _read(c)]
+    assert not sleepers, "a forked child outlived its run"
+
+
+@pytest.mark.parametrize("mode", ["root", "uid"])
+def test_a_run_waits_while_another_process_holds_every_slot(mode):
+    """Slots are claimed across processes; when none is free a run waits (the holder here dies without
+    releasing: the kernel drops its locks)."""
+    try:
+        resolve_isolation(mode)
+    except RuntimeError as exc:
+        pytest.skip(f"isolation mode {mode!r} (sandbox uid slots) unavailable here: {exc}")
+    holder = subprocess.Popen([sys.executable, "-c", "import time, corl_bench.sandbox as s\n"
+                               "held = [s._claim_uid() for _ in range(s.SANDBOX_UID_SLOTS)]\n"
+                               "print('held', flush=True)\ntime.sleep(1.5)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        result = run_program("print('ran')", limits=FAST, isolation=mode)
+        assert result.passed and result.stdout.strip() == "ran"
+        assert time.monotonic() - start > 1.0  # it waited for the holder to die
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("mode", ["root", "uid"])
+def test_leftovers_of_a_slot_are_cleared_before_its_next_program(mode):
+    """What a holder that died left under its uid (processes, files in /tmp and /dev/shm) is removed when the slot
+    is claimed again, before the program starts."""
+    try:
+        resolve_isolation(mode)
+    except RuntimeError as exc:
+        pytest.skip(f"isolation mode {mode!r} (sandbox uid slots) unavailable here: {exc}")
+    held = [_claim_uid()[:2] for _ in range(SANDBOX_UID_SLOTS)]  # every slot: the run gets the one let go below
+    uid, fd = held.pop(0)
+    litter = [Path(d, f"corl-leftover-{os.getpid()}") for d in ("/tmp", "/dev/shm")]
+    sleeper = None
+    try:
+        for path in litter:
+            path.write_text("x")
+            os.chown(path, uid, uid)
+        sleeper = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "30"],
+                                   start_new_session=True)
+        deadline = time.monotonic() + 5
+        while not _live_tasks_of(uid) and time.monotonic() < deadline:  # until setpriv has dropped to the uid
+            time.sleep(0.02)
+        _release_uid(uid, fd)  # not declared clean, as by a holder that died mid-run
+        src = f"import os\nprint([os.path.exists(p) for p in {[str(p) for p in litter]!r}])\n"
+        result = run_program(src, limits=FAST, isolation=mode)
+        assert result.isolation.uid == uid and result.passed and result.stdout.strip() == "[False, False]"
+        assert sleeper.wait(timeout=5) == -9
+    finally:
+        for other_uid, other_fd in held:
+            _release_uid(other_uid, other_fd)
+        for path in litter:
+            path.unlink(missing_ok=True)
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
