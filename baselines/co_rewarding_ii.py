@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from corl_bench.method import AgentRewards, Method, RewardInput
 from corl_bench.registries import METHODS
-from corl_bench.verifier import plurality_vote
+from corl_bench.eval.verifier import plurality_vote
 
 
 @dataclass(frozen=True)

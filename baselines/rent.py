@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from corl_bench.method import AgentRewards, Method, RewardInput
 from corl_bench.registries import METHODS
-from corl_bench.verifier import has_boxed
+from corl_bench.eval.verifier import has_boxed
 
 
 @dataclass(frozen=True)

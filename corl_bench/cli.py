@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from corl_bench.config import ConfigError, dump_config, load_config
-from corl_bench.registry import RegistryError
+from corl_bench.registries import RegistryError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark harness for label-free RL: Co-RL, TTRL, GT-Reward, ... on one GRPO core.")
@@ -78,7 +78,7 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
                 raise ConfigError(f"--resume {resume}: no config.yaml there; pass a run directory (results/runs/...)")
             config = config or resume / "config.yaml"
         cfg = load_config(config, _overrides(method, cohort, seed, steps, output_dir, run_id, set_))
-        from corl_bench.runner import check_resumable, resolve, run as run_cell
+        from corl_bench.train.runner import check_resumable, resolve, run as run_cell
 
         resolve(cfg)  # fail fast, before torch is imported and before anything is written
         if resume is not None:
@@ -90,8 +90,8 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
     except Exception as e:
-        from corl_bench.agent import NumericalError
-        from corl_bench.runner import ResourceError
+        from corl_bench.train.agent import NumericalError
+        from corl_bench.train.runner import ResourceError
 
         if isinstance(e, (ResourceError, NumericalError)):
             _fail(str(e))
@@ -109,7 +109,7 @@ def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (de
     """Check a config without training: print the resolved config and the derived batch sizes."""
     try:
         cfg = load_config(config, _overrides(method, cohort, None, None, None, None, set_))
-        from corl_bench.runner import resolve
+        from corl_bench.train.runner import resolve
 
         plan = resolve(cfg)
     except (ConfigError, RegistryError) as e:
@@ -223,7 +223,7 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
                                                  "e.g. Qwen2.5-3B (implies --reference paper)"),
           out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where table.md/table.csv go (default: results dir)")) -> None:
     """Paper-style results of every run under results/, recomputed from stored predictions."""
-    from corl_bench import table as table_mod
+    from corl_bench.report import table as table_mod
 
     chosen = tuple(m.strip() for m in metrics.split(",") if m.strip())
     try:
@@ -241,7 +241,7 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run a grid of methods x cohorts x seeds one cell after another; finished cells are skipped, interrupted
     ones resumed. Start it in several shells to run cells in parallel (each cell is claimed by one worker)."""
-    from corl_bench.sweep import cell_status, describe, load_sweep, plan, run_sweep
+    from corl_bench.train.sweep import cell_status, describe, load_sweep, plan, run_sweep
 
     _setup_logging(verbose)
     try:
@@ -286,7 +286,7 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
           chunk: int = typer.Option(32, "--chunk", help="problems per generation batch (x k samples); saved per chunk"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Evaluate models on benchmark specs; per-sample predictions are kept and a re-run skips what exists."""
-    from corl_bench.eval_cmd import run_eval
+    from corl_bench.eval.targets import run_eval
 
     _setup_logging(verbose)
     names = [b.strip() for b in benchmarks.split(",") if b.strip()]
@@ -307,8 +307,8 @@ def data_prepare(benchmarks: str = typer.Option(..., "--benchmarks", "-b", help=
                  dest: Path = typer.Option(..., "--dest", help="directory to freeze the data into"),
                  data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where to read from (else env/hub)")) -> None:
     """Freeze benchmarks to DEST in the local schema with sha256 checksums (then use --data-dir DEST)."""
-    from corl_bench.benchspec import get_spec
-    from corl_bench.data import prepare
+    from corl_bench.eval.specs import get_spec
+    from corl_bench.eval.data import prepare
 
     try:
         specs = [get_spec(b.strip()) for b in benchmarks.split(",") if b.strip()]
@@ -340,7 +340,7 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Pre-RL error-overlap probe of every pair of models: Cohen's kappa on right/wrong, c (exactly one right),
     w (both wrong, same answer), u (at least one right), accuracies; writes probe.json + probe.md."""
-    from corl_bench import probe_cmd
+    from corl_bench.report import probe as probe_cmd
 
     _setup_logging(verbose)
     say = Console() if Console().is_terminal else Console(width=160)  # a pipe or file gets whole rows
@@ -374,7 +374,7 @@ def ensemble(runs: list[str] = typer.Argument(..., help="RUN_DIR:agent RUN_DIR:a
     """Test-time ensemble control: maj@(2 x per-model) over the pooled samples of two models vs each model's own."""
     from dataclasses import asdict
 
-    from corl_bench import probe_cmd
+    from corl_bench.report import probe as probe_cmd
     from corl_bench.results import write_json
 
     try:
@@ -395,7 +395,7 @@ def report(results_dir: Path = typer.Argument(..., help="a sweep's output_dir or
            samples: int = typer.Option(3, "--samples", help="sample completions per run and agent (last logged step)"),
            verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """One self-contained HTML page: results table, gains over base, training dynamics and samples of every run."""
-    from corl_bench.report import ReportError, build_report
+    from corl_bench.report.html import ReportError, build_report
 
     _setup_logging(verbose)
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from corl_bench.loss_modes import resolve_loss_agg
+from corl_bench.train.loss_modes import resolve_loss_agg
 
 
 class ConfigError(ValueError):

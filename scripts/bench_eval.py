@@ -54,13 +54,13 @@ def main() -> int:
     os.environ.setdefault("HF_DATASETS_CACHE", str(Path(tempfile.gettempdir()) / "corl-bench-bench-hf-datasets"))
     from lm_eval.models.huggingface import HFLM
 
-    from corl_bench.bench import build_items
-    from corl_bench.benchspec import get_spec
-    from corl_bench.data import load_rows
-    from corl_bench.evaluator import evaluate_spec, row_grader, with_overrides
-    from corl_bench.lmeval_bridge import rows_from_samples, run_lm_eval
-    from corl_bench.metrics import score_predictions
-    from corl_bench.models import load_model
+    from corl_bench.eval.items import build_items
+    from corl_bench.eval.specs import get_spec
+    from corl_bench.eval.data import load_rows
+    from corl_bench.eval.evaluator import evaluate_spec, row_grader, with_overrides
+    from corl_bench.eval.lmeval_bridge import rows_from_samples, run_lm_eval
+    from corl_bench.eval.metrics import score_predictions
+    from corl_bench.eval.models import load_model
     from corl_bench.results import read_complete_rows
 
     spec = get_spec(args.benchmark)
@@ -120,7 +120,7 @@ def main() -> int:
 
 def summarise(rows: list[dict], max_new_tokens: int, grader) -> dict:
     """Accuracy, mean generated tokens and clipped / no-answer shares of one engine's rows (all repeats)."""
-    from corl_bench.metrics import score_predictions
+    from corl_bench.eval.metrics import score_predictions
 
     scores = score_predictions(rows, grader)
     toks = [r["n_tokens"] for r in rows if r.get("n_tokens") is not None]

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from corl_bench.sandbox import SandboxLimits, check_many, resolve_isolation
+from corl_bench.eval.sandbox import SandboxLimits, check_many, resolve_isolation
 
 REPO = Path(__file__).resolve().parents[1]
 # Reference solutions near or over the standard limit: reported, never special-cased by the scorer.

@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     args = ap.parse_args()
 
-    from corl_bench.checkpoint import fingerprint_diff, run_fingerprint
+    from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
 
     cli = str(Path(sys.executable).parent / "corl-bench")
     rng = random.Random(args.seed)

@@ -37,7 +37,7 @@ def finished_runs(out: Path) -> dict[tuple[str, str], Path]:
 
 
 def summarise(run_dir: Path) -> list[dict]:
-    from corl_bench.table import collect
+    from corl_bench.report.table import collect
 
     info = json.loads((run_dir / "run.json").read_text())
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]

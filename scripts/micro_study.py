@@ -6,7 +6,7 @@
     python scripts/micro_study.py --analyse-only          # no training: re-derive the figures from stored runs
 
 Writes into --out (default results/micro-study): ``tables.md`` (paper-style tables for pass@1, greedy and maj@k),
-``claims.md`` (every claim as paired per-seed differences with a verdict, from ``corl_bench.study``),
+``claims.md`` (every claim as paired per-seed differences with a verdict, from ``corl_bench.report.study``),
 ``collapse.md``, ``probe.md`` (error overlap of the base models from the runs' stored base evaluations),
 ``controls.md`` (test-time ensembles, per seed), ``walltime.md``, ``gains.png`` and one training-dynamics PNG per
 Co-RL/TTRL cross-family run of the first seed, plus ``report.html`` for the whole sweep. Every number is recomputed
@@ -49,9 +49,9 @@ def _runs(runs_dir: Path, prefix: str) -> dict[int, Path]:
 
 
 def tables(sweep_dir: Path) -> str:
-    from corl_bench.table import collect_results
-    from corl_bench.table_layout import build
-    from corl_bench.table_render import render_text
+    from corl_bench.report.table import collect_results
+    from corl_bench.report.layout import build
+    from corl_bench.report.render import render_text
 
     collected = collect_results(sweep_dir)  # regrade the predictions once for the three tables
     return "\n\n".join(render_text(build(collected, metrics=(metric,)), "md") for metric in ("avg_k", "greedy", "maj_k"))
@@ -59,7 +59,7 @@ def tables(sweep_dir: Path) -> str:
 
 def probe(runs_dir: Path, benchmark: str) -> str:
     """Error overlap of the base models: three-agent runs (cross-family pairs) and same-family runs (seed only)."""
-    from corl_bench.probe_cmd import probe_from_predictions
+    from corl_bench.report.probe import probe_from_predictions
 
     lines = ["| pair | level | seeds | kappa | c (%) | w (%) | u (%) | acc A (%) | acc B (%) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -82,7 +82,7 @@ def probe(runs_dir: Path, benchmark: str) -> str:
 
 def controls(runs_dir: Path, benchmark: str) -> str:
     """Test-time ensembles (4 + 4 samples, maj@8) of the two agents of TTRL and Co-RL cross-family runs."""
-    from corl_bench.probe_cmd import ensemble_from_runs
+    from corl_bench.report.probe import ensemble_from_runs
 
     lines = ["| run | seeds | A own maj@8 | B own maj@8 | ensemble maj@8 (4 + 4) | ensemble − best own |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -129,11 +129,11 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
-    from corl_bench.plots import plot_gains, plot_run
-    from corl_bench.report import build_report
+    from corl_bench.report.plots import plot_gains, plot_run
+    from corl_bench.report.html import build_report
     from corl_bench.results import atomic_write_text
-    from corl_bench.study import claim_comparisons, collapse_report, load_agent_scores, to_markdown
-    from corl_bench.sweep import describe, load_sweep, run_sweep
+    from corl_bench.report.study import claim_comparisons, collapse_report, load_agent_scores, to_markdown
+    from corl_bench.train.sweep import describe, load_sweep, run_sweep
 
     spec = load_sweep(args.sweep)
     if not (args.analyse_only or args.runs_from):

@@ -18,9 +18,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from corl_bench.benchspec import get_spec
-from corl_bench.scoring import EXTRACTORS
-from corl_bench.verifier import is_correct, is_equivalent
+from corl_bench.eval.specs import get_spec
+from corl_bench.eval.scoring import EXTRACTORS
+from corl_bench.eval.verifier import is_correct, is_equivalent
 
 
 def _rows_of(paths: list[Path]) -> list[dict]:
@@ -39,7 +39,7 @@ def _rows_of(paths: list[Path]) -> list[dict]:
 
 
 def _reference_rows(names: list[str], data_dir: str | None) -> list[dict]:
-    from corl_bench.data import load_rows
+    from corl_bench.eval.data import load_rows
 
     rows = []
     for name in names:

@@ -25,10 +25,10 @@ import traceback
 
 
 def load_sandbox(module_file: str | None):
-    """corl_bench.sandbox, or the sandbox module in ``module_file`` (stdlib-only, loaded under its own name)."""
+    """corl_bench.eval.sandbox, or the sandbox module in ``module_file`` (stdlib-only, loaded under its own name)."""
     if not module_file:
-        import corl_bench.sandbox
-        return corl_bench.sandbox
+        import corl_bench.eval.sandbox
+        return corl_bench.eval.sandbox
     spec = importlib.util.spec_from_file_location("sandbox_under_test", module_file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--sleeps", type=float, nargs="+", default=[1.0, 4.0],
                         help="one process per value, each running a program that sleeps that many seconds")
-    parser.add_argument("--module-file", help="path of a sandbox.py to test instead of corl_bench.sandbox")
+    parser.add_argument("--module-file", help="path of a sandbox.py to test instead of corl_bench.eval.sandbox")
     parser.add_argument("--isolation", default="auto", help="isolation mode (default auto)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sleep", type=float, help=argparse.SUPPRESS)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         failures += bool(problems)
         print(f"trial {i}: {'FAILED' if problems else 'ok'} ({time.monotonic() - start:.1f} s)"
               + "".join(f"\n    {p}" for p in problems), flush=True)
-    print(f"module: {args.module_file or 'corl_bench.sandbox'}  isolation: {args.isolation}  "
+    print(f"module: {args.module_file or 'corl_bench.eval.sandbox'}  isolation: {args.isolation}  "
           f"sleeps: {' '.join(map(str, args.sleeps))}")
     print(f"trials: {args.trials}  failures: {failures}")
     return 1 if failures else 0

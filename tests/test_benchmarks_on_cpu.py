@@ -13,13 +13,13 @@ import zlib
 
 import pytest
 
-from corl_bench.bench import build_items, render
-from corl_bench.benchspec import get_spec, parse_spec
+from corl_bench.eval.items import build_items, render
+from corl_bench.eval.specs import get_spec, parse_spec
 from corl_bench.config import ConfigError
-from corl_bench.data import load_rows, prepare
-from corl_bench.livecodebench import decode_private, encode_private, read_release
+from corl_bench.eval.data import load_rows, prepare
+from corl_bench.eval.livecodebench import decode_private, encode_private, read_release
 from corl_bench.registries import BENCHMARKS
-from corl_bench.scoring import extract_boxed, extract_code, extract_flexible, extract_letter, grade_text
+from corl_bench.eval.scoring import extract_boxed, extract_code, extract_flexible, extract_letter, grade_text
 from tests.conftest import SHARED_DATA
 
 PAPER_SUITE = ("gsm8k", "math500", "amc83", "humaneval", "mbpp", "gpqa_diamond", "livecodebench_v6")

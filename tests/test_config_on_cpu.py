@@ -1,4 +1,4 @@
-"""Tests for ``corl_bench.config`` (loading, overrides, validation) and ``corl_bench.runner.resolve``.
+"""Tests for ``corl_bench.config`` (loading, overrides, validation) and ``corl_bench.train.runner.resolve``.
 
 Everything here is CPU-only and writes only under ``tmp_path``. ``resolve`` never trains or writes anything.
 """
@@ -27,7 +27,7 @@ from corl_bench.config import (
     load_config,
     parse_override,
 )
-from corl_bench.runner import Plan, resolve
+from corl_bench.train.runner import Plan, resolve
 
 FIX_WORDS = ("set", "use", "valid")
 

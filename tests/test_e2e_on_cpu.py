@@ -22,7 +22,7 @@ STEPS = 3
 
 @pytest.fixture(scope="module")
 def e2e_run(tmp_path_factory):
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     for name in ("qwen2-bpe", "neox-bpe", "llama-bpe"):
         fam = tiny_family(name, warmstart_steps=4, warmstart_batch=16)
@@ -83,9 +83,9 @@ def test_training_changed_every_agents_parameters(e2e_run):
 
 
 def test_table_recomputes_the_run_from_its_predictions(e2e_run):
-    from corl_bench.metrics import score_predictions
+    from corl_bench.eval.metrics import score_predictions
     from corl_bench.results import read_jsonl
-    from corl_bench.table import collect
+    from corl_bench.report.table import collect
 
     root, run_dir, _ = e2e_run
     rows, warnings = collect(root / "results")
@@ -117,8 +117,8 @@ def _registered_methods() -> list[str]:
 @pytest.mark.parametrize("method", _registered_methods())
 def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_run, method):
     from corl_bench.registries import METHODS
-    from corl_bench.runner import run
-    from corl_bench.table import collect
+    from corl_bench.train.runner import run
+    from corl_bench.report.table import collect
 
     root, _, _ = e2e_run
     n_agents = METHODS.get(method).min_agents
@@ -141,8 +141,8 @@ def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_
 def test_corl_bench_eval_scores_a_runs_agents_on_a_data_benchmark_and_the_table_shows_it(e2e_run, tmp_path):
     import json as _json
 
-    from corl_bench.eval_cmd import run_eval
-    from corl_bench.table import collect
+    from corl_bench.eval.targets import run_eval
+    from corl_bench.report.table import collect
 
     root, run_dir, _ = e2e_run
     data = tmp_path / "data" / "gsm8k"

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from corl_bench.bench import Item, build_items
-from corl_bench.benchspec import get_spec, parse_spec
+from corl_bench.eval.items import Item, build_items
+from corl_bench.eval.specs import get_spec, parse_spec
 from corl_bench.config import ConfigError
-from corl_bench.eval_cmd import check_manifest
-from corl_bench.evaluator import evaluate_spec, row_grader, with_overrides
-from corl_bench.metrics import score_predictions
+from corl_bench.eval.targets import check_manifest
+from corl_bench.eval.evaluator import evaluate_spec, row_grader, with_overrides
+from corl_bench.eval.metrics import score_predictions
 
 
 def toy_spec(version: str = "1", **decoding):
@@ -99,7 +99,7 @@ def test_table_regrades_rows_with_the_specs_extractor():
 
 
 def test_code_items_are_graded_by_running_their_tests(tmp_path):
-    from corl_bench.evaluator import _grade
+    from corl_bench.eval.evaluator import _grade
 
     spec = get_spec("humaneval")
     row = {"task_id": "HumanEval/x", "prompt": "def add(a, b):\n", "entry_point": "add",
@@ -116,7 +116,7 @@ def test_code_items_are_graded_by_running_their_tests(tmp_path):
 
 
 def test_livecodebench_stdin_and_functional_problems_run_in_the_sandbox():
-    from corl_bench.codeexec import run_tests
+    from corl_bench.eval.codeexec import run_tests
 
     stdin = {"kind": "livecodebench", "func_name": None,
              "tests": [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"},

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corl_bench.bench import build_items
-from corl_bench.benchspec import parse_spec
+from corl_bench.eval.items import build_items
+from corl_bench.eval.specs import parse_spec
 import dataclasses
 
 from corl_bench.config import Config, ConfigError, config_from_dict, load_config
-from corl_bench.data import load_rows
-from corl_bench.verifier import extract_normalized, grade, is_equivalent, plurality_vote
+from corl_bench.eval.data import load_rows
+from corl_bench.eval.verifier import extract_normalized, grade, is_equivalent, plurality_vote
 
 CASES = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                           HealthCheck.function_scoped_fixture])

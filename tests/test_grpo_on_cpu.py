@@ -1,4 +1,4 @@
-"""CPU tests for corl_bench.grpo against hand-computed tensors (tolerance 1e-4)."""
+"""CPU tests for corl_bench.train.grpo against hand-computed tensors (tolerance 1e-4)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from corl_bench import grpo
-from corl_bench.grpo import (
+from corl_bench.train import grpo
+from corl_bench.train.grpo import (
     LOSS_AGG_ALIASES,
     LOSS_AGG_MODES,
     aggregate,

@@ -4,7 +4,7 @@ The hub is replaced by small fixture files in the hub layout (``tests/fixtures/h
 data): ``livecodebench/test.jsonl`` (3 rows) ... ``test6.jsonl`` (1 row each) as in
 ``livecodebench/code_generation_lite``, with base64(zlib(pickle(json))) private tests, and
 ``gpqa/gpqa_diamond.csv`` (3 rows) with the ``Idavidrein/gpqa`` columns. The download function
-(:func:`corl_bench.livecodebench._download`) and ``datasets.load_dataset`` are monkeypatched to return them; two tests
+(:func:`corl_bench.eval.livecodebench._download`) and ``datasets.load_dataset`` are monkeypatched to return them; two tests
 run the real ``hf_hub_download`` against an empty or a hand-made hub cache with the endpoint pointed at a closed local
 port. The test marked ``shared_data`` checks the GPQA conversion against the local copy in ../shared/data.
 """
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from corl_bench import livecodebench as lcb
-from corl_bench.bench import build_items
-from corl_bench.benchspec import get_spec, parse_spec
+from corl_bench.eval import livecodebench as lcb
+from corl_bench.eval.items import build_items
+from corl_bench.eval.specs import get_spec, parse_spec
 from corl_bench.config import ConfigError
-from corl_bench.data import gpqa_rows, load_rows, prepare
-from corl_bench.livecodebench import RELEASE_FILES, decode_private
+from corl_bench.eval.data import gpqa_rows, load_rows, prepare
+from corl_bench.eval.livecodebench import RELEASE_FILES, decode_private
 from tests.conftest import SHARED_DATA
 
 HUB = Path(__file__).resolve().parent / "fixtures" / "hub"

@@ -18,11 +18,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("lm_eval", reason="lm-eval is an optional extra: pip install -e '.[lm-eval]'")
 from lm_eval.api.model import LM  # noqa: E402
 
-from corl_bench.bench import Item  # noqa: E402
-from corl_bench.benchspec import get_spec, parse_spec  # noqa: E402
-from corl_bench.evaluator import row_grader  # noqa: E402
-from corl_bench.lmeval_bridge import render_task, rows_from_samples, run_lm_eval  # noqa: E402
-from corl_bench.metrics import score_predictions  # noqa: E402
+from corl_bench.eval.items import Item  # noqa: E402
+from corl_bench.eval.specs import get_spec, parse_spec  # noqa: E402
+from corl_bench.eval.evaluator import row_grader  # noqa: E402
+from corl_bench.eval.lmeval_bridge import render_task, rows_from_samples, run_lm_eval  # noqa: E402
+from corl_bench.eval.metrics import score_predictions  # noqa: E402
 
 
 class ReplayLM(LM):
@@ -83,7 +83,7 @@ def test_same_completions_score_exactly_the_same_in_both_engines(tmp_path):
 
 
 def test_real_hflm_on_a_real_tiny_model_writes_our_rows(tiny_qwen, tmp_path):
-    from corl_bench.lmeval_bridge import evaluate_with_lm_eval
+    from corl_bench.eval.lmeval_bridge import evaluate_with_lm_eval
 
     model, tok = tiny_qwen
     spec = math_spec(samples=2)
@@ -118,7 +118,7 @@ def test_hflm_samples_with_the_specs_nucleus_and_no_top_k(tiny_qwen, tmp_path, m
 
 def test_code_tasks_go_through_the_sandbox_in_both_engines(tmp_path):
     spec = get_spec("humaneval")
-    from corl_bench.bench import build_items
+    from corl_bench.eval.items import build_items
     item = build_items(spec, [{"task_id": "H/1", "prompt": "def add(a, b):\n", "entry_point": "add",
                                "test": "def check(f):\n    assert f(2, 3) == 5\n"}])[0]
     completions = {item.problem: ["    return a + b\n"]}

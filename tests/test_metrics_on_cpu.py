@@ -1,4 +1,4 @@
-"""CPU tests for corl_bench.metrics against hand-computed values."""
+"""CPU tests for corl_bench.eval.metrics against hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import pytest
 
-from corl_bench.metrics import (
+from corl_bench.eval.metrics import (
     METRICS,
     BenchmarkScores,
     avg_at_k,

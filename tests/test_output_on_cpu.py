@@ -20,8 +20,8 @@ import pytest
 from rich.console import Console
 
 from corl_bench import registries
-from corl_bench.metrics import BenchmarkScores
-from corl_bench.progress import RunProgress, summary_table
+from corl_bench.eval.metrics import BenchmarkScores
+from corl_bench.train.progress import RunProgress, summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "corl-bench"

@@ -72,7 +72,7 @@ def test_installed_plugin_trains_in_the_micro_profile(plugin_path, tmp_path):
     script = textwrap.dedent(f"""
         from corl_bench.config import load_config
         from corl_bench.registries import FAMILIES
-        from corl_bench.runner import run
+        from corl_bench.train.runner import run
         from tests.conftest import tiny_family
 
         fam = tiny_family("qwen2-bpe", warmstart_steps=4, warmstart_batch=16)

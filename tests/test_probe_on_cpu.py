@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from corl_bench.cli import app
 from corl_bench.config import ConfigError
-from corl_bench.controls import ensemble_majority
-from corl_bench.metrics import maj_at_k
-from corl_bench.probe import cohen_kappa, mean_overlap, outcomes_from_rows, overlap_of, pair_overlap, probe_pairs
-from corl_bench.verifier import extract_normalized
+from corl_bench.report.controls import ensemble_majority
+from corl_bench.eval.metrics import maj_at_k
+from corl_bench.report.overlap import cohen_kappa, mean_overlap, outcomes_from_rows, overlap_of, pair_overlap, probe_pairs
+from corl_bench.eval.verifier import extract_normalized
 
 T, F = True, False
 
@@ -274,7 +274,7 @@ def test_generated_probe_on_tiny_models_resumes(tmp_path):
 
 
 def test_eval_targets_accept_run_colon_agent(tmp_path):
-    from corl_bench.eval_cmd import run_target, targets
+    from corl_bench.eval.targets import run_target, targets
 
     run = _fake_run(tmp_path / "run-s0", RUN_AGENTS, GOLD, ["qwen2-bpe", "llama-bpe"])
     assert [t[0] for t in targets(str(run), "base", None)] == ["a0-qwen2-bpe", "a1-llama-bpe"]  # unchanged
@@ -289,7 +289,7 @@ def test_eval_targets_accept_run_colon_agent(tmp_path):
 
 
 def test_probe_models_keep_a_runs_seed_offsets_and_refuse_identical_twins(tmp_path):
-    from corl_bench.probe_cmd import resolve_models
+    from corl_bench.report.probe import resolve_models
 
     run = _fake_run(tmp_path / "same", {"a0-qwen2-bpe": GOLD, "a1-qwen2-bpe": GOLD}, GOLD, ["qwen2-bpe"] * 2)
     (run / "config.yaml").write_text("cohort:\n  agents:\n  - {name: a0-qwen2-bpe, seed_offset: 0}\n"

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from corl_bench.metrics import BenchmarkScores
-from corl_bench.progress import RunProgress, summary_table
+from corl_bench.eval.metrics import BenchmarkScores
+from corl_bench.train.progress import RunProgress, summary_table
 
 
 def test_summary_shows_base_to_final_scores_in_percent_and_rewards_in_their_own_units():

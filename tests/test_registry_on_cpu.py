@@ -1,4 +1,4 @@
-"""Tests for ``corl_bench.registry`` (pure Python, no torch)."""
+"""Tests for ``corl_bench.registries`` (pure Python, no torch)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from corl_bench.registry import Registry, RegistryError, load_object
+from corl_bench.registries import Registry, RegistryError, load_object
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _PREFIXES = ("regfix_", "lazymod_", "selfreg_", "plugpkg_", "tmpmod_")
@@ -186,7 +186,7 @@ def test_lazy_placeholder_not_imported_until_get(
 
 def test_lazy_module_that_self_registers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fix, mod = _unique("regfix"), _unique("selfreg")
-    _write(tmp_path / f"{fix}.py", "from corl_bench.registry import Registry\nREG = Registry('method')\n")
+    _write(tmp_path / f"{fix}.py", "from corl_bench.registries import Registry\nREG = Registry('method')\n")
     _write(tmp_path / f"{mod}.py", f"from {fix} import REG\n@REG.register('thing')\nclass Thing:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = importlib.import_module(fix).REG
@@ -216,7 +216,7 @@ def test_load_object() -> None:
 
 def _make_plugin_package(tmp_path: Path, *, broken: bool = False) -> tuple[str, str]:
     fix, pkg = _unique("regfix"), _unique("plugpkg")
-    _write(tmp_path / f"{fix}.py", f"from corl_bench.registry import Registry\nREG = Registry('method', discover=({pkg!r},))\n")
+    _write(tmp_path / f"{fix}.py", f"from corl_bench.registries import Registry\nREG = Registry('method', discover=({pkg!r},))\n")
     _write(tmp_path / pkg / "__init__.py", "")
     _write(tmp_path / pkg / "alpha.py", f"from {fix} import REG\n@REG.register('alpha')\nclass Alpha:\n    pass\n")
     _write(tmp_path / pkg / "beta.py", f"from {fix} import REG\nREG.register('beta', len, aliases=('b',))\n")
@@ -286,7 +286,7 @@ def test_entry_points_are_lazy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 def test_import_does_not_pull_in_torch() -> None:
     code = (
-        "import sys, corl_bench.registry as r\n"
+        "import sys, corl_bench.registries as r\n"
         "heavy = [m for m in ('torch', 'numpy', 'transformers') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "r.Registry('method').names()\n"

@@ -1,4 +1,4 @@
-"""CPU tests for corl_bench.plots and corl_bench.report on hand-built run directories (no training, no torch).
+"""CPU tests for corl_bench.report.plots and corl_bench.report.html on hand-built run directories (no training, no torch).
 
 A fixture run mimics a real one (results/runs/<run_id>/): run.json, config.yaml, metrics.jsonl (one row per step x
 agent), samples.jsonl and eval/<phase>/<agent>/micro-test.jsonl predictions (greedy + sampled rows per problem).
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from corl_bench import plots
+from corl_bench.report import plots
 from corl_bench.cli import app
-from corl_bench.report import ReportError, build_report, render_report, sample_rows
+from corl_bench.report.html import ReportError, build_report, render_report, sample_rows
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GOLDS = ["38", "27", "12", "5"]
@@ -161,7 +161,7 @@ def test_phase_step() -> None:
 
 
 def test_plot_gains_two_seeds(results: Path, tmp_path: Path) -> None:
-    from corl_bench.table import collect
+    from corl_bench.report.table import collect
 
     rows, warnings = collect(results)
     assert any("ttrl-single-s0-broken" in w for w in warnings)

@@ -1,4 +1,4 @@
-"""Tests for ``corl_bench.runner.resolve``: registry lookups, cohort expansion and method options (writes nothing)."""
+"""Tests for ``corl_bench.train.runner.resolve``: registry lookups, cohort expansion and method options (writes nothing)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from corl_bench.config import AgentSpec, load_config
-from corl_bench.runner import resolve
+from corl_bench.train.runner import resolve
 from tests.test_config_on_cpu import FIX_WORDS, _assert_one_line, _config_error, _resolve_error, _write_yaml
 
 

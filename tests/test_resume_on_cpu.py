@@ -41,28 +41,28 @@ def config(root: Path, out: str, method: str = "corl", **extra):
 
 
 def fingerprint(run_dir: Path) -> dict:
-    from corl_bench.checkpoint import run_fingerprint
+    from corl_bench.train.checkpoint import run_fingerprint
     fp = run_fingerprint(run_dir)
     assert set(fp["weights"]) == {"a0", "a1"} and fp["metrics"] and fp["predictions"]
     return fp
 
 
 def same(a: dict, b: dict) -> bool:
-    from corl_bench.checkpoint import fingerprint_diff
+    from corl_bench.train.checkpoint import fingerprint_diff
     return fingerprint_diff(a, b) == []
 
 
 @pytest.fixture(scope="module")
 def reference(root):
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
     return fingerprint(run(config(root, "reference")))
 
 
 def interrupted_run(root, out, monkeypatch, *, at_step=None, in_final_eval=False, method="corl", **extra):
     """Start a run that crashes at ``at_step`` (before that step) or inside the final evaluation."""
-    import corl_bench.evaluation as evaluation
-    from corl_bench.runner import run
-    from corl_bench.trainer import Trainer
+    import corl_bench.eval.agent_eval as evaluation
+    from corl_bench.train.runner import run
+    from corl_bench.train.trainer import Trainer
 
     original_step, original_eval = Trainer.step, evaluation.evaluate
 
@@ -88,7 +88,7 @@ def interrupted_run(root, out, monkeypatch, *, at_step=None, in_final_eval=False
 
 @pytest.mark.parametrize("at_step", [1, 3])
 def test_resume_after_a_crash_mid_training_is_bit_identical(root, reference, monkeypatch, at_step):
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     run_dir = interrupted_run(root, f"mid-{at_step}", monkeypatch, at_step=at_step)
     # rows written after the last checkpoint are dropped on resume; here the crash came right after one
@@ -98,7 +98,7 @@ def test_resume_after_a_crash_mid_training_is_bit_identical(root, reference, mon
 
 
 def test_crash_during_the_final_evaluation_resumes_without_retraining(root, reference, monkeypatch):
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     run_dir = interrupted_run(root, "final-eval", monkeypatch, in_final_eval=True)
     before = (run_dir / "metrics.jsonl").read_text()
@@ -108,8 +108,8 @@ def test_crash_during_the_final_evaluation_resumes_without_retraining(root, refe
 
 
 def test_an_interrupted_checkpoint_write_is_ignored_and_the_previous_one_used(root, reference, monkeypatch):
-    from corl_bench.checkpoint import latest_checkpoint
-    from corl_bench.runner import run
+    from corl_bench.train.checkpoint import latest_checkpoint
+    from corl_bench.train.runner import run
 
     run_dir = interrupted_run(root, "torn-ckpt", monkeypatch, at_step=3)
     ckpts = run_dir / "checkpoints"
@@ -126,7 +126,7 @@ def test_an_interrupted_checkpoint_write_is_ignored_and_the_previous_one_used(ro
 
 
 def test_same_config_finds_and_resumes_the_interrupted_run(root, reference, monkeypatch):
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     run_dir = interrupted_run(root, "auto", monkeypatch, at_step=2)
     assert run(config(root, "auto")) == run_dir  # no --resume: found by its config
@@ -136,7 +136,7 @@ def test_same_config_finds_and_resumes_the_interrupted_run(root, reference, monk
 
 
 def test_resuming_with_a_changed_config_is_refused_naming_the_change(root, monkeypatch):
-    from corl_bench.runner import check_resumable, run
+    from corl_bench.train.runner import check_resumable, run
 
     run_dir = interrupted_run(root, "changed", monkeypatch, at_step=2)
     changed = config(root, "changed", **{"grpo.lr": "5e-4", "run.steps": 6})
@@ -150,7 +150,7 @@ def test_resuming_with_a_changed_config_is_refused_naming_the_change(root, monke
 
 def test_trainer_stream_position_is_restored_exactly(root):
     from corl_bench.micro.profile import MicroProfile
-    from corl_bench.trainer import Trainer
+    from corl_bench.train.trainer import Trainer
 
     cfg = config(root, "stream")
     profile = MicroProfile(cfg.model)
@@ -163,10 +163,10 @@ def test_trainer_stream_position_is_restored_exactly(root):
 
 
 def test_non_finite_rewards_stop_the_run_naming_agent_step_and_quantity(root, monkeypatch):
-    from corl_bench.agent import NumericalError
-    from corl_bench.checkpoint import latest_checkpoint
+    from corl_bench.train.agent import NumericalError
+    from corl_bench.train.checkpoint import latest_checkpoint
     from corl_bench.registries import METHODS
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     cls = METHODS.get("corl")
     original = cls.rewards
@@ -189,8 +189,8 @@ def test_non_finite_rewards_stop_the_run_naming_agent_step_and_quantity(root, mo
 def test_disk_full_gives_a_message_and_the_run_resumes_after(root, reference, monkeypatch):
     import errno
 
-    import corl_bench.trainer as trainer_mod
-    from corl_bench.runner import ResourceError, run
+    import corl_bench.train.trainer as trainer_mod
+    from corl_bench.train.runner import ResourceError, run
 
     original = trainer_mod.append_jsonl
     calls = {"n": 0}
@@ -212,8 +212,8 @@ def test_disk_full_gives_a_message_and_the_run_resumes_after(root, reference, mo
 
 
 def test_out_of_memory_during_generation_names_the_knobs_and_resumes(root, reference, monkeypatch):
-    from corl_bench.agent import Agent
-    from corl_bench.runner import ResourceError, run
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.runner import ResourceError, run
 
     original = Agent.generate
     calls = {"n": 0}
@@ -235,7 +235,7 @@ def test_out_of_memory_during_generation_names_the_knobs_and_resumes(root, refer
 
 
 def test_unwritable_results_directory_is_a_one_line_error(root, tmp_path):
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -248,7 +248,7 @@ def test_unwritable_results_directory_is_a_one_line_error(root, tmp_path):
 def test_resume_at_a_data_epoch_boundary_is_bit_identical(root, monkeypatch):
     """A fixed pool of 6 problems read 3 per step: steps 0-1 are epoch 0, steps 2-3 epoch 1 (a new order).
     A crash right at the boundary (before step 2) and inside epoch 1 (before step 3) resume to the same end."""
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     pool = {"data.train_pool": 6}
     ref = fingerprint(run(config(root, "epoch-ref", **pool)))
@@ -261,7 +261,7 @@ def test_resume_at_a_data_epoch_boundary_is_bit_identical(root, monkeypatch):
 
 def test_a_training_pool_is_read_in_reshuffled_epochs(root):
     from corl_bench.micro.profile import MicroProfile
-    from corl_bench.trainer import Trainer
+    from corl_bench.train.trainer import Trainer
 
     cfg = config(root, "pool", **{"data.train_pool": 5})
     method = type("M", (), {"state_dict": lambda s: {}, "load_state_dict": lambda s, x: None})()

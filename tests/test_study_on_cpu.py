@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from corl_bench.study import Cell, claim_comparisons, collapse_report, compare, load_agent_scores, to_markdown, \
+from corl_bench.report.study import Cell, claim_comparisons, collapse_report, compare, load_agent_scores, to_markdown, \
     verdict
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from corl_bench.config import ConfigError
 from corl_bench.registries import FAMILIES
-from corl_bench.sweep import Cell, load_sweep, plan, run_sweep
+from corl_bench.train.sweep import Cell, load_sweep, plan, run_sweep
 from tests.conftest import tiny_family
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def test_plan_lists_invalid_pairs_and_validates_every_cell(tmp_path):
 
 
 def test_sweep_runs_the_grid_skips_finished_and_resumes_interrupted(tmp_path, monkeypatch):
-    from corl_bench.trainer import Trainer
+    from corl_bench.train.trainer import Trainer
 
     spec = load_sweep(write_sweep(tmp_path))
     original = Trainer.step
@@ -101,7 +101,7 @@ def test_bad_cells_are_refused_with_the_fix(tmp_path):
 def test_a_cell_claimed_by_another_worker_is_left_to_it(tmp_path):
     """Two workers on one grid: a cell whose claim is held elsewhere is reported and not run; ``threads`` reaches
     every cell's config."""
-    from corl_bench.sweep import claim
+    from corl_bench.train.sweep import claim
 
     spec = load_sweep(write_sweep(tmp_path, methods=["ttrl"], cohorts=["tiny-one", "tiny-two"]))
     busy = Cell("ttrl", "tiny-two", 0)

@@ -1,4 +1,4 @@
-"""CPU tests for corl_bench.table / table_layout / table_render / reference on hand-built results directories
+"""CPU tests for corl_bench.report.table / table_layout / table_render / reference on hand-built results directories
 (tests/table_fixtures.py) with known percentages."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from corl_bench import reference, table
+from corl_bench.report import reference, table
 from corl_bench.cli import app
-from corl_bench.table import Row, collect, find_runs, main
-from corl_bench.table_layout import ROW_LABELS, PaperTable, build
-from corl_bench.table_render import render_text, to_csv, to_html, to_latex, to_markdown, to_rich
+from corl_bench.report.table import Row, collect, find_runs, main
+from corl_bench.report.layout import ROW_LABELS, PaperTable, build
+from corl_bench.report.render import render_text, to_csv, to_html, to_latex, to_markdown, to_rich
 from tests.table_fixtures import AGENTS, DECODING, L, Q, T, build_results, build_world, make_run, make_world_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,7 +220,7 @@ def test_marks_rank_label_free_rows_only_with_shared_ties(world_table: PaperTabl
 
 
 def test_ties_are_compared_at_display_precision(tmp_path: Path) -> None:
-    from corl_bench.table_layout import Stat, TableRow, _marks
+    from corl_bench.report.layout import Stat, TableRow, _marks
 
     def row(label: str, mean: float) -> TableRow:
         return TableRow(label, "label-free", label, "m", (), "", "", "f", (0,), ("r",), (Stat(mean, None, 1),), None)
@@ -371,7 +371,7 @@ def test_rich_table_styles_marks(world_table: PaperTable) -> None:
     assert alpha[labels.index("Co-RL (same family) a1-qwen2-bpe")].style == "underline"
     assert alpha[labels.index("GT-Reward")].style == ""
     console = Console(file=io.StringIO(), width=300)
-    from corl_bench.table_render import print_rich
+    from corl_bench.report.render import print_rich
 
     print_rich(console, world_table)
     out = console.file.getvalue()
@@ -552,9 +552,9 @@ def test_damaged_run_beside_good_ones_is_named_in_the_paper_table(world: Path, t
 
 
 def test_table_modules_do_not_pull_torch(world: Path) -> None:
-    code = ("import sys, corl_bench.table, corl_bench.table_layout, corl_bench.table_render, corl_bench.reference\n"
-            "import corl_bench.metrics, corl_bench.report, corl_bench.plots, corl_bench.study, corl_bench.probe\n"
-            f"text = corl_bench.table.html({str(world)!r}, reference='paper')\n"
+    code = ("import sys, corl_bench.report.table, corl_bench.report.layout, corl_bench.report.render, corl_bench.report.reference\n"
+            "import corl_bench.eval.metrics, corl_bench.report.html, corl_bench.report.plots, corl_bench.report.study, corl_bench.report.overlap\n"
+            f"text = corl_bench.report.table.html({str(world)!r}, reference='paper')\n"
             "assert '<table' in text\n"
             "bad = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
             "assert not bad, bad\n")

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from corl_bench.agent import Agent, PolicyForward, UpdateStats
+from corl_bench.train.agent import Agent, PolicyForward, UpdateStats
 from corl_bench.config import AgentSpec, load_config
 from corl_bench.micro.tasks import problem_stream
 from corl_bench.micro.warmstart import render_prompt
 from corl_bench.registries import METHODS
 from corl_bench.rollout import Completion
-from corl_bench.trainer import Trainer
+from corl_bench.train.trainer import Trainer
 
 
 class Profile:
@@ -97,7 +97,7 @@ def test_real_agent_is_rewarded_only_by_its_planted_peer(real_agent):
     own = batch.rollouts["a0"].answers
     assert out["a0"].rewards == [[1.0 if a == "42" else 0.0 for a in row[:4]] for row in own]
     # and the planted peer is rewarded by the real agent's votes, not by anything else
-    from corl_bench.verifier import plurality_vote
+    from corl_bench.eval.verifier import plurality_vote
 
     assert out["a1"].pseudo_labels == [plurality_vote(row).label for row in own]
 
@@ -214,7 +214,7 @@ def test_trainer_hands_the_forward_pass_statistics_to_intrinsic_methods(method, 
 
 
 def test_real_forward_pass_statistics_match_a_recomputation(real_agent):
-    from corl_bench import grpo
+    from corl_bench.train import grpo
     from corl_bench.rollout import SamplingParams
 
     prompt = render_prompt("Ava has 77 pens. Ava gets 6 and buys 5. How many pens now?")

@@ -1,6 +1,6 @@
 """GT-Reward: the supervised reference. Reward 1 when the extracted answer is equivalent to the dataset answer.
 
-The same verifier as evaluation (``corl_bench.verifier``); no format reward, as in the reference GRPO scripts
+The same verifier as evaluation (``corl_bench.eval.verifier``); no format reward, as in the reference GRPO scripts
 (methods.md section 2). The only method that sees labels: it declares ``uses_labels = True``.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from corl_bench.method import AgentRewards, Method, RewardInput
 from corl_bench.registries import METHODS
-from corl_bench.verifier import is_equivalent
+from corl_bench.eval.verifier import is_equivalent
 
 
 @METHODS.register("gt-reward", aliases=("gt", "grpo"))

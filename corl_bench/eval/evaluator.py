@@ -18,12 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from corl_bench.bench import Item, render
-from corl_bench.benchspec import BenchmarkSpec, Decoding
+from corl_bench.eval.items import Item, render
+from corl_bench.eval.specs import BenchmarkSpec, Decoding
 from corl_bench.config import ConfigError
-from corl_bench.metrics import BenchmarkScores, score_predictions
+from corl_bench.eval.metrics import BenchmarkScores, score_predictions
 from corl_bench.results import append_jsonl
-from corl_bench.scoring import extract_code, grade_text
+from corl_bench.eval.scoring import extract_code, grade_text
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, int]
@@ -114,7 +114,7 @@ def _grade(spec: BenchmarkSpec, pairs: list[tuple[Item, str]], timeout: float, w
            ) -> list[tuple[Optional[str], bool, Optional[str]]]:
     if spec.task != "code":
         return [(*grade_text(text, it.gold, spec.extractor, spec.grader), None) for it, text in pairs]
-    from corl_bench.codeexec import run_many
+    from corl_bench.eval.codeexec import run_many
 
     codes = [extract_code(text) for _, text in pairs]
     results = run_many([(code, it.meta) for code, (it, _) in zip(codes, pairs)], timeout=timeout, workers=workers)

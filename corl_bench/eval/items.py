@@ -8,7 +8,7 @@
   ``choices`` (+ ``answer`` letter) as given;
 * code — HumanEval (``prompt``, ``test``, ``entry_point``), MBPP (``text``, ``code``, ``test_list``,
   ``test_setup_code``) and LiveCodeBench (``question_content``, ``starter_code``, decoded tests); the tests live in
-  ``Item.meta`` and are run by :mod:`corl_bench.codeexec`.
+  ``Item.meta`` and are run by :mod:`corl_bench.eval.codeexec`.
 
 ``render(spec, item, tokenizer)`` fills the spec's template; with ``chat_template: true`` and a tokenizer that has
 one, the filled template becomes one user turn (after ``system`` if given) rendered with
@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from corl_bench.benchspec import BenchmarkSpec
+from corl_bench.eval.specs import BenchmarkSpec
 from corl_bench.config import ConfigError
 
 

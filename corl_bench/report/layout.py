@@ -1,9 +1,9 @@
 """The paper-style layout of the results table: blocks per backbone, rows in the paper's order, marks, footer.
 
-Public API (no torch; rendering is in :mod:`corl_bench.table_render`):
+Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
 
 * :func:`build` ``(source, *, metrics=("avg_k",), reference=None, backbone=None) -> PaperTable`` - ``source`` is
-  a results directory or a :class:`corl_bench.table.Collected`; every number is recomputed from stored predictions.
+  a results directory or a :class:`corl_bench.report.table.Collected`; every number is recomputed from stored predictions.
 * :data:`ROW_LABELS` - (method, cohort) -> row label, in row order (``"*"`` = any cohort).
 * :func:`fmt_pct`, :func:`fmt_signed`, :func:`cell_text` - the display precision that marks are computed at.
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from corl_bench import reference as ref
-from corl_bench.table import (METRIC_LABELS, AgentResult, Collected, RunInfo, check_metrics, collect_results,
+from corl_bench.report import reference as ref
+from corl_bench.report.table import (METRIC_LABELS, AgentResult, Collected, RunInfo, check_metrics, collect_results,
                               natural_key)
 
 logger = logging.getLogger(__name__)
@@ -467,7 +467,7 @@ def _reference(blocks: list[Block], columns: Sequence[Column], metrics: Sequence
         return blocks, notes, [ref.PAPER_PROTOCOL + "."], shown
     if not mapped:
         why = (f"none of our backbones ({', '.join(b.family for b in blocks)}) is a paper backbone "
-               "(mapping: corl_bench.reference.BACKBONES)")
+               "(mapping: corl_bench.report.reference.BACKBONES)")
     elif not benches:
         why = (f"none of our benchmarks ({', '.join(benchmarks)}) is in the paper's table "
                f"({', '.join(ref.PAPER_BENCHMARKS)})")

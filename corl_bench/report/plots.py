@@ -6,7 +6,7 @@
 
 Evaluation accuracy is recomputed from the stored predictions of every phase (``base`` = step 0,
 ``step-NNNNNN`` = after N steps, ``final`` = after run.json's ``steps``) with
-:func:`corl_bench.metrics.score_predictions` and the benchmark's own grader, exactly as tables do.
+:func:`corl_bench.eval.metrics.score_predictions` and the benchmark's own grader, exactly as tables do.
 
 Figures are built on matplotlib's Agg canvas directly (no pyplot, no global backend switch), and matplotlib is
 imported inside the functions: importing this module is free and never touches torch.
@@ -153,8 +153,8 @@ def phase_step(phase: str, steps: int | None) -> int | None:
 
 @lru_cache(maxsize=1)
 def _grader_factory() -> Callable[[str], Any]:
-    from corl_bench.benchspec import get_spec
-    from corl_bench.evaluator import row_grader
+    from corl_bench.eval.specs import get_spec
+    from corl_bench.eval.evaluator import row_grader
     from corl_bench.registries import BENCHMARKS
 
     return lambda bench: row_grader(get_spec(bench)) if bench in BENCHMARKS else None
@@ -162,7 +162,7 @@ def _grader_factory() -> Callable[[str], Any]:
 
 @lru_cache(maxsize=1024)
 def _score_cached(path: str, mtime_ns: int, size: int) -> dict[str, float | None]:
-    from corl_bench.metrics import score_predictions
+    from corl_bench.eval.metrics import score_predictions
 
     p = Path(path)
     rows = read_jsonl(p, RunPlotError, path)
@@ -484,7 +484,7 @@ def _method_colors(bars: Sequence[_Bar]) -> dict[str, Any]:
 
 def _rows(source: RowsOrDir) -> list[Any]:
     if isinstance(source, (str, Path)):
-        from corl_bench.table import collect
+        from corl_bench.report.table import collect
 
         rows, warnings = collect(Path(source))
         for warning in warnings:
@@ -560,7 +560,7 @@ def gains_png(source: RowsOrDir, *, metric: str = "avg_k", title: str = "") -> b
 
 def plot_gains(results_dir_or_rows: RowsOrDir, out_path: str | Path, *, metric: str = "avg_k",
                title: str = "") -> Path:
-    """Write the gains-over-base figure of a results directory (or of :func:`corl_bench.table.collect` rows).
+    """Write the gains-over-base figure of a results directory (or of :func:`corl_bench.report.table.collect` rows).
 
     One panel per backbone (agent family); per benchmark (and their average, with two or more) one bar per
     method · cohort (· tag; · agent when one backbone appears twice in a cohort) with the mean over seeds of

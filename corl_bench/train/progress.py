@@ -15,7 +15,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, Task, TaskID
                            TimeRemainingColumn)
 from rich.table import Table
 
-from corl_bench.table import print_wide
+from corl_bench.report.table import print_wide
 
 
 def stamp() -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from corl_bench.results import atomic_write_text, read_jsonl
-from corl_bench.table import rel_path
+from corl_bench.report.table import rel_path
 
 logger = logging.getLogger(__name__)
 
@@ -70,10 +70,10 @@ def find_run_dirs(results_dir: Path) -> list[Path]:
 
 
 def _tables_html(collected: Any) -> str:
-    """The paper-style results tables (:func:`corl_bench.table.html`: one block per backbone, paper row order, best
+    """The paper-style results tables (:func:`corl_bench.report.table.html`: one block per backbone, paper row order, best
     label-free value bold and second underlined, protocol footer) for pass@1, greedy and maj@k, from what
-    :func:`corl_bench.table.collect_results` read (so predictions are regraded once)."""
-    from corl_bench.table import html
+    :func:`corl_bench.report.table.collect_results` read (so predictions are regraded once)."""
+    from corl_bench.report.table import html
 
     if not collected.results:
         return '<p class="note">No run has final predictions yet.</p>'
@@ -125,7 +125,7 @@ def _samples_html(run_dir: Path, agents: Sequence[str], n: int) -> str:
 
 def _run_section(run_dir: Path, rel: str, n_samples: int, warnings: list[str]) -> tuple[tuple, str]:
     """(sort key, <details> HTML) of one run; problems go to ``warnings``."""
-    from corl_bench.plots import RunPlotError, read_run, run_png
+    from corl_bench.report.plots import RunPlotError, read_run, run_png
 
     try:
         info = read_run(run_dir)
@@ -166,7 +166,7 @@ def _version() -> str:
 def render_report(results_dir: str | Path, *, samples_per_agent: int = 3, title: str = "") -> str:
     """The report page of every run under ``results_dir`` as an HTML string; ReportError if there is no run."""
     from corl_bench.results import git_commit
-    from corl_bench.table import aggregate, collect_results
+    from corl_bench.report.table import aggregate, collect_results
 
     root = Path(results_dir)
     if not root.is_dir():
@@ -184,7 +184,7 @@ def render_report(results_dir: str | Path, *, samples_per_agent: int = 3, title:
     warnings = list(table_warnings)
 
     try:
-        from corl_bench.plots import gains_png
+        from corl_bench.report.plots import gains_png
 
         gains = _img(gains_png(rows, title=f"{name}: gains over base, pass@1 (final − base; error bars: sd over "
                                "seeds)"), "gains over base")

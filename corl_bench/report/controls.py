@@ -2,7 +2,7 @@
 
 The paper's ``ensLLM`` control (maj@8 at T = 0.6, the ensemble pooling 4 rollouts from each of the two models):
 :func:`ensemble_majority` votes, per problem, over the first ``per_model`` sampled completions of each model (by
-``sample_index``) and grades the plurality answer exactly as :func:`corl_bench.metrics.maj_at_k` does (votes by
+``sample_index``) and grades the plurality answer exactly as :func:`corl_bench.eval.metrics.maj_at_k` does (votes by
 exact normalised-string equality, no-answer samples do not vote, ties go to the answer seen first). The pool is A's
 samples followed by B's, so an exact tie between an answer of A and one of B goes to A; the number of tied pools is
 reported (``ties``). For reference it also reports each model's own maj@(2 * per_model) over its own first
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
 from corl_bench.config import ConfigError
-from corl_bench.metrics import avg_at_k, maj_at_k
-from corl_bench.probe import RowGrader, aligned, default_row_grader
+from corl_bench.eval.metrics import avg_at_k, maj_at_k
+from corl_bench.report.overlap import RowGrader, aligned, default_row_grader
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def ensemble_majority(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapp
     """maj@(2 * per_model) of the pooled first ``per_model`` samples of A and B, and each model's own.
 
     Rows are predictions rows (``problem_id``, ``decoding``, ``sample_index``, ``completion``, ``gold``); only
-    ``sampled`` rows count and they are regraded by ``grade_row`` (default :func:`corl_bench.verifier.grade`).
+    ``sampled`` rows count and they are regraded by ``grade_row`` (default :func:`corl_bench.eval.verifier.grade`).
     ConfigError (one line) when the two cover different problems, disagree on a gold answer, or a model has fewer
     than 2 * per_model samples of a problem.
     """

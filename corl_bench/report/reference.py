@@ -27,7 +27,7 @@ __all__ = ["BACKBONES", "PAPER_BENCHMARKS", "PAPER_LABELS", "PAPER_PROTOCOL", "P
            "PaperRow", "backbone_for", "backbones", "llm_main", "load_paper", "our_label"]
 
 #: Where the paper's tables live (copied verbatim from the paper's website data; see results/reference/README.md).
-PAPER_RESULTS = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper-results.json"
+PAPER_RESULTS = Path(__file__).resolve().parents[2] / "results" / "reference" / "paper-results.json"
 
 #: Our benchmark key -> the paper's text-table column.
 PAPER_BENCHMARKS: dict[str, str] = {

@@ -6,7 +6,7 @@ Targets:
   model (``--phase base``: the micro family checkpoint); predictions go to ``<run>/eval/<phase>/<agent>/``, next to
   the micro evaluation, so ``corl-bench table`` shows the new benchmarks as more columns of the same rows;
   ``RUN_DIR:agent`` picks one agent (by name, or by family when exactly one agent has it);
-* anything :func:`corl_bench.models.load_model` understands (a ``save_pretrained`` folder, ``smol``, a micro
+* anything :func:`corl_bench.eval.models.load_model` understands (a ``save_pretrained`` folder, ``smol``, a micro
   family): predictions go to ``<out>/eval/final/<name>/`` with a ``run.json`` of method ``base``, so the model
   appears as a Base row in ``corl-bench table``.
 
@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from corl_bench.benchspec import BenchmarkSpec, Decoding, get_spec
+from corl_bench.eval.specs import BenchmarkSpec, Decoding, get_spec
 from corl_bench.config import ConfigError
 from corl_bench.results import atomic_write_text, environment_record, now_iso, write_json
 
@@ -110,10 +110,10 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
              overrides: dict[str, Any] | None = None, engine: str = "ours", code_timeout: float = 10.0,
              workers: int = 2, chunk: int = 32, report: Callable[[str], None] = log.info) -> dict[str, dict[str, Any]]:
     """Evaluate every target model on every benchmark; returns agent -> benchmark -> scores (as dicts)."""
-    from corl_bench.bench import build_items
-    from corl_bench.data import load_rows
-    from corl_bench.evaluator import evaluate_spec, with_overrides
-    from corl_bench.models import load_model
+    from corl_bench.eval.items import build_items
+    from corl_bench.eval.data import load_rows
+    from corl_bench.eval.evaluator import evaluate_spec, with_overrides
+    from corl_bench.eval.models import load_model
 
     if phase not in ("final", "base"):
         raise ConfigError(f"--phase must be final or base (got {phase!r})")
@@ -140,7 +140,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
             items = data[spec.name]
             path = agent_dir / f"{spec.name}.jsonl"
             if engine == "lm-eval":
-                from corl_bench.lmeval_bridge import evaluate_with_lm_eval
+                from corl_bench.eval.lmeval_bridge import evaluate_with_lm_eval
                 scores = evaluate_with_lm_eval(model, tok, spec, items, out_path=path, decoding=dec, seed=seed)
             else:
                 scores = evaluate_spec(model, tok, spec, items, out_path=path, seed=seed, decoding=dec,
@@ -156,8 +156,8 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
 
 def avg_ci(path: Path, spec: BenchmarkSpec, ids: set[str]) -> tuple[float | None, float | None]:
     """Bootstrap 95 % interval of avg@k over problems (each problem's mean over its samples), from the rows."""
-    from corl_bench.evaluator import row_grader
-    from corl_bench.metrics import bootstrap_ci
+    from corl_bench.eval.evaluator import row_grader
+    from corl_bench.eval.metrics import bootstrap_ci
     from corl_bench.results import read_jsonl
 
     grade = row_grader(spec)

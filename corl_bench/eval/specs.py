@@ -12,8 +12,8 @@ under the same protocol::
       fields: {id: unique_id, problem: problem, answer: answer}   # hub column -> our field
     prompt: "{problem}\\nPlease reason step by step, and put your final answer within \\\\boxed{{}}."
     chat_template: true              # render as one user turn with the model's chat template (if it has one)
-    extractor: boxed                 # see corl_bench.scoring.EXTRACTORS
-    grader: math                     # see corl_bench.scoring.GRADERS
+    extractor: boxed                 # see corl_bench.eval.scoring.EXTRACTORS
+    grader: math                     # see corl_bench.eval.scoring.GRADERS
     decoding: {greedy: false, samples: 1, temperature: 0.6, top_p: 0.95, max_new_tokens: 3072}
     metrics: [avg@k, pass@k, maj@k]
 
@@ -51,7 +51,7 @@ class Source:
     hub: Mapping[str, Any] | None = None
     """datasets.load_dataset arguments: path, name, split (+ revision); None = no hub copy known. LiveCodeBench
     (``livecodebench/code_generation_lite``): path, version_tag (release_v1..v6) and revision, its files downloaded
-    directly (see corl_bench.data)"""
+    directly (see corl_bench.eval.data)"""
     fields: Mapping[str, str] = field(default_factory=dict)
     """hub column -> our field name (local files already use our schema)"""
     answer_after: str | None = None
@@ -113,7 +113,7 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
     """Validate a spec mapping (as read from YAML); one-line ConfigError naming the origin and the field."""
     import dataclasses
 
-    from corl_bench.scoring import EXTRACTORS, GRADERS
+    from corl_bench.eval.scoring import EXTRACTORS, GRADERS
 
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{origin}: a benchmark spec must be a mapping")

@@ -16,7 +16,7 @@ from typing import Any
 
 from corl_bench.config import Config, ConfigError, dump_config
 from corl_bench.registries import BENCHMARKS, COHORTS, FAMILIES, METHODS, PROFILES
-from corl_bench.registry import RegistryError
+from corl_bench.registries import RegistryError
 
 log = logging.getLogger(__name__)
 
@@ -181,12 +181,12 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     """
     import torch
 
-    from corl_bench.agent import Agent
-    from corl_bench.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-    from corl_bench.evaluation import eval_seed, evaluate, load_scores, n_generations
-    from corl_bench.progress import RunProgress, summary_table
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from corl_bench.eval.agent_eval import eval_seed, evaluate, load_scores, n_generations
+    from corl_bench.train.progress import RunProgress, summary_table
     from corl_bench.results import environment_record, new_run_dir, now_iso, run_lock, write_json
-    from corl_bench.trainer import Trainer
+    from corl_bench.train.trainer import Trainer
 
     plan = resolve(cfg)
     cfg = plan.config

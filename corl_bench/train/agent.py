@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from corl_bench import grpo
+from corl_bench.train import grpo
 from corl_bench.config import AgentSpec, GRPOConfig
 from corl_bench.rollout import Completion, SamplingParams, make_engine
 

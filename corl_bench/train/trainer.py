@@ -23,14 +23,14 @@ from typing import Any, Iterator
 
 import torch
 
-from corl_bench import grpo
-from corl_bench.agent import Agent, NumericalError, check_finite, concat_forwards
+from corl_bench.train import grpo
+from corl_bench.train.agent import Agent, NumericalError, check_finite, concat_forwards
 from corl_bench.config import Config, ConfigError
-from corl_bench.diagnostics import agent_diagnostics
+from corl_bench.train.diagnostics import agent_diagnostics
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.results import append_jsonl
 from corl_bench.rollout import SamplingParams
-from corl_bench.verifier import extract_normalized, plurality_vote
+from corl_bench.eval.verifier import extract_normalized, plurality_vote
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class StepResult:
 
 
 class Trainer:
-    """Runs the training steps of one run; evaluation and bookkeeping live in :mod:`corl_bench.runner`."""
+    """Runs the training steps of one run; evaluation and bookkeeping live in :mod:`corl_bench.train.runner`."""
 
     def __init__(self, cfg: Config, agents: list[Agent], method: Method, profile: Any, run_dir: Path) -> None:
         self.cfg = cfg

@@ -3,7 +3,7 @@
 Every agent is evaluated on the benchmark's own wording (the original view), greedily and with ``eval.samples``
 sampled completions per problem, with an evaluation seed that is the same before and after training so the two
 phases are paired. Each prediction row is written to ``eval/<phase>/<agent>/<benchmark>.jsonl``; scores (greedy
-pass@1, sampled pass@1 = avg@k, maj@k, pass@k) are recomputed from those rows by :mod:`corl_bench.metrics`, the
+pass@1, sampled pass@1 = avg@k, maj@k, pass@k) are recomputed from those rows by :mod:`corl_bench.eval.metrics`, the
 same code ``corl-bench table`` uses.
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from corl_bench.config import EvalConfig
-from corl_bench.metrics import BenchmarkScores, score_predictions
+from corl_bench.eval.metrics import BenchmarkScores, score_predictions
 from corl_bench.results import append_jsonl
 from corl_bench.rollout import SamplingParams
-from corl_bench.verifier import grade
+from corl_bench.eval.verifier import grade
 
 log = logging.getLogger(__name__)
 

@@ -3,15 +3,15 @@
 Extractors (completion -> answer string or None):
 
     qwen       the Qwen2.5-Math chain of the training reward (minerva, last \\boxed, "the answer is", last number),
-               Hendrycks-normalised — :func:`corl_bench.verifier.extract_normalized`
+               Hendrycks-normalised — :func:`corl_bench.eval.verifier.extract_normalized`
     boxed      only the last \\boxed{...} (the paper's MATH-500/AMC evaluation); None without one
     flexible   lm-eval GSM8K ``flexible-extract``: the last number in the text ($ and thousands commas dropped)
     letter     the last \\boxed{A-J} letter, else "answer is (X)" / "answer: X" (GPQA, boxed protocol)
     code       the last fenced code block (```python ... ```), else the completion itself (a continuation)
 
-Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.verifier.is_correct`: exact, numeric, then
+Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.eval.verifier.is_correct`: exact, numeric, then
 math-verify, then the Qwen evaluation grader's percent rule), ``exact`` (string equality after stripping), ``letter`` (case-insensitive letter equality) and
-``tests`` (code: the program must pass the benchmark's tests in the sandbox; graded by :mod:`corl_bench.codeexec`,
+``tests`` (code: the program must pass the benchmark's tests in the sandbox; graded by :mod:`corl_bench.eval.codeexec`,
 not here).
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional
 
-from corl_bench.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
+from corl_bench.eval.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
 
 _NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 _LETTER_BOX = re.compile(r"\\boxed\s*\{\s*(?:\\text\{)?\s*\(?([A-Ja-j])\)?\s*\}?\s*\}")
@@ -74,7 +74,7 @@ def _letter(pred: Optional[str], gold: Optional[str]) -> bool:
 
 
 def _tests(pred: Optional[str], gold: Optional[str]) -> bool:
-    raise RuntimeError("code answers are graded by executing tests (corl_bench.codeexec), not by string comparison")
+    raise RuntimeError("code answers are graded by executing tests (corl_bench.eval.codeexec), not by string comparison")
 
 
 GRADERS: dict[str, Callable[[Optional[str], Optional[str]], bool]] = {

@@ -6,17 +6,17 @@ Public API (none of it imports torch or transformers, so tabulating stays cheap)
   aggregated over seeds, plus one-line warnings (damaged runs are skipped and named there).
 * :func:`collect_results` ``(results_dir) -> Collected`` - the same data before aggregation: one
   :class:`AgentResult` per (run, agent) and one :class:`RunInfo` per run (eval decoding, steps, benchmark
-  versions), which the paper-style layout (:mod:`corl_bench.table_layout`) is built from.
+  versions), which the paper-style layout (:mod:`corl_bench.report.layout`) is built from.
 * :func:`html` ``(source, *, metrics=("avg_k",), reference=None, backbone=None) -> str`` - the paper-style table
   of a results directory (or a :class:`Collected`) as a self-contained ``<table>`` fragment; for md / LaTeX /
-  CSV / rich use :func:`corl_bench.table_layout.build` + :mod:`corl_bench.table_render`.
+  CSV / rich use :func:`corl_bench.report.layout.build` + :mod:`corl_bench.report.render`.
 * :func:`aggregate` ``(collected) -> (list[Row], list[str])`` - :func:`collect` on an already-read :class:`Collected`.
 * :func:`main` - what ``corl-bench table`` does: print the paper-style table, write files.
 * :func:`print_wide`, :func:`write_atomic` - helpers shared with other modules.
 
 A run directory holds ``run.json`` (method, cohort, seed, tag, status, agents, steps, ...), ``config.yaml`` and
 predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``.  Every predictions file is regraded with
-:func:`corl_bench.metrics.score_predictions` (stored ``correct`` fields are not trusted).  A :class:`Row` holds
+:func:`corl_bench.eval.metrics.score_predictions` (stored ``correct`` fields are not trusted).  A :class:`Row` holds
 the mean over seeds and the sample standard deviation (n-1) where there are two or more.
 """
 
@@ -38,7 +38,7 @@ from rich.measure import Measurement
 from rich.segment import Segments
 from rich.table import Table
 
-from corl_bench.metrics import METRICS, BenchmarkScores, score_predictions
+from corl_bench.eval.metrics import METRICS, BenchmarkScores, score_predictions
 from corl_bench.results import read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -193,8 +193,8 @@ def _read_jsonl(path: Path, name: str) -> list[dict[str, Any]]:
 
 def row_grader_for(benchmark: str) -> Any:
     """The registered spec's grader for a benchmark's rows; None (the default math grading) if unregistered."""
-    from corl_bench.benchspec import get_spec
-    from corl_bench.evaluator import row_grader
+    from corl_bench.eval.specs import get_spec
+    from corl_bench.eval.evaluator import row_grader
     from corl_bench.registries import BENCHMARKS
 
     if benchmark not in BENCHMARKS:
@@ -418,8 +418,8 @@ def html(source: str | Path | Collected, *, metrics: Sequence[str] = DEFAULT_MET
     to avoid regrading twice) as a self-contained HTML ``<table>`` fragment, with the paper's table appended as a
     second ``<table>`` when ``reference="paper"`` finds nothing to compare; ValueError (one line) on a bad metric,
     reference or backbone. Its warnings are logged."""
-    from corl_bench.table_layout import build
-    from corl_bench.table_render import render_text
+    from corl_bench.report.layout import build
+    from corl_bench.report.render import render_text
 
     table = build(source, metrics=metrics, reference=reference, backbone=backbone)
     for warning in table.warnings:
@@ -474,8 +474,8 @@ def main(
     "wrote" lines go to ``err_console`` (default: ``console``).
     Returns the aggregated rows of :func:`collect` ([] when there is nothing to show); ValueError (one line)
     on a bad metric, format, reference or backbone."""
-    from corl_bench.table_layout import build, check_reference
-    from corl_bench.table_render import FORMAT_SUFFIXES, print_rich, render_text
+    from corl_bench.report.layout import build, check_reference
+    from corl_bench.report.render import FORMAT_SUFFIXES, print_rich, render_text
 
     console = console or Console()
     err = err_console or console

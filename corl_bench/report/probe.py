@@ -1,5 +1,5 @@
 """``corl-bench probe`` and ``corl-bench ensemble``: model references -> predictions -> the pure statistics of
-:mod:`corl_bench.probe` and :mod:`corl_bench.controls` -> tables and atomically written reports.
+:mod:`corl_bench.report.overlap` and :mod:`corl_bench.report.controls` -> tables and atomically written reports.
 
 Probe models (``MODEL`` as ``corl-bench eval`` takes it, plus a seed suffix):
 
@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from corl_bench.benchspec import BenchmarkSpec, Decoding, get_spec
+from corl_bench.eval.specs import BenchmarkSpec, Decoding, get_spec
 from corl_bench.config import ConfigError
-from corl_bench.probe import DEFINITIONS, Equivalence, Outcome, Overlap, markdown, outcomes_from_rows, pct, \
+from corl_bench.report.overlap import DEFINITIONS, Equivalence, Outcome, Overlap, markdown, outcomes_from_rows, pct, \
     probe_pairs
 from corl_bench.results import atomic_write_text, now_iso, read_jsonl, write_json
 
@@ -38,7 +38,7 @@ _SEED = re.compile(r"(.+)@(\d+)")
 
 @dataclass(frozen=True)
 class ProbeModel:
-    """One model to probe: its label in tables, what :func:`corl_bench.models.load_model` takes, its seed."""
+    """One model to probe: its label in tables, what :func:`corl_bench.eval.models.load_model` takes, its seed."""
 
     label: str
     ref: str
@@ -83,7 +83,7 @@ def _unique(entries: list[tuple[str, str, Any]], hint: str = "") -> list[tuple[s
 
 def resolve_models(args: Sequence[str], *, phase: str = "base", seed: int = 0) -> list[ProbeModel]:
     """Probe models from command-line references (see the module docstring); nothing is loaded."""
-    from corl_bench.eval_cmd import run_target, targets
+    from corl_bench.eval.targets import run_target, targets
 
     entries: list[tuple[str, str, Any]] = []
     for arg in args:
@@ -122,7 +122,7 @@ def _seed_offsets(run: Path) -> dict[str, int]:
 
 def _check_ref(ref: str) -> None:
     """Fail before anything is generated when a model reference cannot be loaded by name."""
-    from corl_bench.models import ENTRIES
+    from corl_bench.eval.models import ENTRIES
     from corl_bench.registries import FAMILIES
 
     if ref not in ENTRIES and not Path(ref).exists() and ref not in FAMILIES:
@@ -138,7 +138,7 @@ def prediction_sources(args: Sequence[str], *, phase: str, benchmark: str) -> li
 
 
 def _sources(arg: str, phase: str, benchmark: str) -> list[tuple[str, str, Path]]:
-    from corl_bench.eval_cmd import run_target, select_agents
+    from corl_bench.eval.targets import run_target, select_agents
 
     if _SEED.fullmatch(arg) and not Path(arg).exists():
         raise ConfigError(f"{arg}: a MODEL@SEED pair needs generation; drop --from-predictions")
@@ -182,8 +182,8 @@ def recorded_decoding(path: Path, benchmark: str) -> Optional[dict[str, Any]]:
 
 def equivalence_for(spec: BenchmarkSpec) -> Equivalence | None:
     """How two wrong answers of this benchmark are compared for w (None for code: programs are not compared)."""
-    from corl_bench.scoring import GRADERS
-    from corl_bench.verifier import is_equivalent
+    from corl_bench.eval.scoring import GRADERS
+    from corl_bench.eval.verifier import is_equivalent
 
     if spec.grader == "tests":
         return None
@@ -206,7 +206,7 @@ def _rows(path: Path, spec: BenchmarkSpec) -> list[dict[str, Any]]:
 
 def _draws(rows: list[dict[str, Any]], spec: BenchmarkSpec, *, greedy: bool, samples: int, name: str,
            keep: set[str] | None = None) -> list[dict[str, Outcome]]:
-    from corl_bench.evaluator import row_grader
+    from corl_bench.eval.evaluator import row_grader
 
     if keep is not None:
         rows = [r for r in rows if str(r.get("problem_id")) in keep]
@@ -251,13 +251,13 @@ def probe_from_predictions(args: Sequence[str], benchmark: str, *, phase: str = 
 
 def probe_items(spec: BenchmarkSpec, data_dir: str | None = None) -> list[Any]:
     """The benchmark's items: a micro suite (generated) or a data benchmark (local copy or hub)."""
-    from corl_bench.bench import Item, build_items
+    from corl_bench.eval.items import Item, build_items
 
     if spec.profile == "micro":
         from corl_bench.micro.tasks import test_suite
 
         return [Item(p.id, p.text("original"), p.answer) for p in test_suite(str(spec.source.suite))]
-    from corl_bench.data import load_rows
+    from corl_bench.eval.data import load_rows
 
     return build_items(spec, load_rows(spec, data_dir))
 
@@ -265,7 +265,7 @@ def probe_items(spec: BenchmarkSpec, data_dir: str | None = None) -> list[Any]:
 def probe_decoding(spec: BenchmarkSpec, *, samples: int = 1, temperature: float = 0.8, greedy: bool = False,
                    max_new_tokens: int | None = None) -> Decoding:
     """The probe's decoding: the spec's (top-p, stops, token cap) with k samples at ``temperature``, or greedy."""
-    from corl_bench.evaluator import with_overrides
+    from corl_bench.eval.evaluator import with_overrides
 
     if greedy:
         return with_overrides(spec.decoding, greedy=True, samples=0, max_new_tokens=max_new_tokens)
@@ -307,7 +307,7 @@ def probe_generate(args: Sequence[str], benchmark: str, *, samples: int = 1, tem
                    phase: str = "base", seed: int = 0, out: Path | None = None, data_dir: str | None = None,
                    chunk: int = 32, workers: int = 2, report: Callable[[str], None] = log.info) -> ProbeReport:
     """Generate what is missing for every model (resumable, per model under ``<out>/predictions``), then probe."""
-    from corl_bench.eval_cmd import check_manifest
+    from corl_bench.eval.targets import check_manifest
 
     spec = get_spec(benchmark)
     dec = probe_decoding(spec, samples=samples, temperature=temperature, greedy=greedy, max_new_tokens=max_new_tokens)
@@ -330,8 +330,8 @@ def probe_generate(args: Sequence[str], benchmark: str, *, samples: int = 1, tem
         check_manifest(agent_dir, spec, dec, m.ref, "ours")
         todo = _missing(path, items, dec)
         if todo:
-            from corl_bench.evaluator import evaluate_spec
-            from corl_bench.models import load_model
+            from corl_bench.eval.evaluator import evaluate_spec
+            from corl_bench.eval.models import load_model
 
             report(f"{m.label}: generating {todo} completions ({m.ref}, seed {m.seed})")
             model, tok = load_model(m.ref)
@@ -380,10 +380,10 @@ def probe_table(rep: ProbeReport) -> Any:
 
 def ensemble_from_runs(args: Sequence[str], benchmark: str, *, phase: str = "final", per_model: int = 4
                        ) -> tuple[Any, list[PredictionSource]]:
-    """:func:`corl_bench.controls.ensemble_majority` of two stored prediction files (``RUN:agent`` x 2, or one run
+    """:func:`corl_bench.report.controls.ensemble_majority` of two stored prediction files (``RUN:agent`` x 2, or one run
     with exactly two agents); returns the scores and the two sources."""
-    from corl_bench.controls import ensemble_majority
-    from corl_bench.evaluator import row_grader
+    from corl_bench.report.controls import ensemble_majority
+    from corl_bench.eval.evaluator import row_grader
 
     spec = get_spec(benchmark)
     found = prediction_sources(args, phase=phase, benchmark=spec.name)

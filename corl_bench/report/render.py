@@ -1,4 +1,4 @@
-"""Render a paper-style :class:`corl_bench.table_layout.PaperTable`: rich, markdown, LaTeX, CSV, HTML.
+"""Render a paper-style :class:`corl_bench.report.layout.PaperTable`: rich, markdown, LaTeX, CSV, HTML.
 
 Public API (no torch):
 
@@ -27,8 +27,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from corl_bench.reference import PAPER_PROTOCOL, PaperBlock
-from corl_bench.table_layout import MISSING, PaperTable, cell_text, fmt_signed
+from corl_bench.report.reference import PAPER_PROTOCOL, PaperBlock
+from corl_bench.report.layout import MISSING, PaperTable, cell_text, fmt_signed
 
 __all__ = ["FORMAT_SUFFIXES", "Grid", "print_rich", "render_text", "to_csv", "to_html", "to_latex",
            "to_markdown", "to_rich"]
@@ -285,7 +285,7 @@ def to_rich(table: PaperTable) -> Table:
 
 def print_rich(console: Console, table: PaperTable) -> None:
     """Print the rich table at its natural width, then the notes, the footer and any paper tables shown alone."""
-    from corl_bench.table import print_wide
+    from corl_bench.report.table import print_wide
 
     for grid in _grids(table):
         print_wide(console, _grid_rich(grid))

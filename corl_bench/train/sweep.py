@@ -112,7 +112,7 @@ def cell_config(spec: SweepSpec, cell: Cell) -> Any:
 
 def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
     """(valid cells, seed by seed, and the skipped pairs with the reason). Every config is resolved before anything runs."""
-    from corl_bench.runner import resolve
+    from corl_bench.train.runner import resolve
 
     pairs: list[tuple[str, str, str, tuple[tuple[str, Any], ...]]] = [
         (m, c, "", ()) for m in spec.methods for c in spec.cohorts]
@@ -211,7 +211,7 @@ def _plain(console: Any, text: str) -> None:
 def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: Any, task: Any, console: Any,
               quiet: Any, on_cell: Callable[[Cell, str], None] | None) -> None:
     """Run (or resume, or skip as finished) one claimed cell and record its outcome in ``out``."""
-    from corl_bench.runner import run
+    from corl_bench.train.runner import run
 
     status = cell_status(spec, cell)  # read after claiming: another worker may have finished it meanwhile
     progress.update(task, cell=f"{cell.run_id} ({status})")

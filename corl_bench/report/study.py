@@ -1,6 +1,6 @@
 """The micro study's verdicts: each of the paper's claims as paired, per-seed comparisons of stored predictions.
 
-    from corl_bench.study import load_agent_scores, claim_comparisons, collapse_report, to_markdown
+    from corl_bench.report.study import load_agent_scores, claim_comparisons, collapse_report, to_markdown
     scores, warnings = load_agent_scores(Path("results/sweeps/micro-study-quick"))
     print(to_markdown(claim_comparisons(scores)))
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from corl_bench.metrics import score_predictions
+from corl_bench.eval.metrics import score_predictions
 from corl_bench.results import read_json, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def _mean_of(per_bench: Iterable[dict[str, Optional[float]]]) -> dict[str, float
 
 
 def _phase(run_dir: Path, phase: str, agent: str) -> dict[str, float]:
-    from corl_bench.table import row_grader_for
+    from corl_bench.report.table import row_grader_for
 
     folder = run_dir / "eval" / phase / agent
     if not folder.is_dir():
@@ -94,7 +94,7 @@ def _phase(run_dir: Path, phase: str, agent: str) -> dict[str, float]:
 
 def load_agent_scores(results_dir: Path) -> tuple[list[AgentScores], list[str]]:
     """Every agent of every finished run under ``results_dir``, and one-line warnings for runs skipped."""
-    from corl_bench.table import find_runs
+    from corl_bench.report.table import find_runs
 
     out, warnings = [], []
     for run_dir in find_runs(Path(results_dir)):

@@ -9,7 +9,7 @@ Lookup order for a spec's ``source.local`` file:
 
    * LiveCodeBench (``livecodebench/code_generation_lite``): the release's files (``version_tag``, e.g.
      ``release_v6`` = ``test.jsonl`` ... ``test6.jsonl``) via ``huggingface_hub``, each row converted by
-     :func:`corl_bench.livecodebench.convert` (decoded tests), exactly as a local folder of those files is;
+     :func:`corl_bench.eval.livecodebench.convert` (decoded tests), exactly as a local folder of those files is;
    * GPQA (``Idavidrein/gpqa``, gated): ``datasets.load_dataset`` rows converted by :func:`gpqa_rows` into the
      local copy's schema with the paper's choice order; another layout is refused with a one-line error that names
      the local copy;
@@ -33,7 +33,7 @@ import random
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from corl_bench.benchspec import BenchmarkSpec
+from corl_bench.eval.specs import BenchmarkSpec
 from corl_bench.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ LCB_HUB_KEYS = ("path", "version_tag", "revision")
 
 
 def _is_livecodebench(spec: BenchmarkSpec) -> bool:
-    from corl_bench.livecodebench import HUB_REPO
+    from corl_bench.eval.livecodebench import HUB_REPO
 
     return spec.task == "code" and (spec.name.startswith("livecodebench") or
                                     (spec.source.hub or {}).get("path") == HUB_REPO)
@@ -106,7 +106,7 @@ def _is_gpqa(spec: BenchmarkSpec) -> bool:
 
 
 def _release(spec: BenchmarkSpec) -> str:
-    from corl_bench.livecodebench import DEFAULT_RELEASE
+    from corl_bench.eval.livecodebench import DEFAULT_RELEASE
 
     return str((spec.source.hub or {}).get("version_tag") or DEFAULT_RELEASE)
 
@@ -154,7 +154,7 @@ def gpqa_rows(records: Iterable[Mapping[str, Any]], name: str = "gpqa_diamond",
 
 
 def _lcb_from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
-    from corl_bench.livecodebench import from_hub
+    from corl_bench.eval.livecodebench import from_hub
 
     hub = dict(spec.source.hub or {})
     unknown = sorted(set(hub) - set(LCB_HUB_KEYS))
@@ -217,7 +217,7 @@ def load_rows(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> list[d
     path = locate(spec, data_dir)
     if path is not None:
         if _is_livecodebench(spec):
-            from corl_bench.livecodebench import read_release
+            from corl_bench.eval.livecodebench import read_release
             rows = read_release(path, _release(spec))
         else:
             rows = read_jsonl(path)
@@ -240,11 +240,11 @@ def load_rows(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> list[d
 
 def frozen_file(spec: BenchmarkSpec) -> str:
     """Where ``prepare`` writes the spec's rows, relative to the destination: ``source.local``, or for a
-    LiveCodeBench folder ``<folder>/<release>.jsonl`` (read back by :func:`corl_bench.livecodebench.read_release`)."""
+    LiveCodeBench folder ``<folder>/<release>.jsonl`` (read back by :func:`corl_bench.eval.livecodebench.read_release`)."""
     if not spec.source.local:
         raise ConfigError(f"benchmark {spec.name} has no source.local path to freeze into")
     if _is_livecodebench(spec):
-        from corl_bench.livecodebench import frozen_name
+        from corl_bench.eval.livecodebench import frozen_name
         return f"{spec.source.local.rstrip('/')}/{frozen_name(_release(spec))}"
     return spec.source.local
 

@@ -1,5 +1,5 @@
 """Grading code completions: build the test program of a HumanEval / MBPP / LiveCodeBench item and run it in the
-sandbox (:mod:`corl_bench.sandbox`). A completion is correct iff the program runs to the end of its tests within
+sandbox (:mod:`corl_bench.eval.sandbox`). A completion is correct iff the program runs to the end of its tests within
 the limits (``check_program``: a program that exits 0 early, before the tests, fails).
 
 * HumanEval — the program is ``prompt + completion`` (a continuation of the function) followed by the task's
@@ -93,7 +93,7 @@ PROGRAMS = {"humaneval": humaneval_program, "mbpp": mbpp_program, "livecodebench
 
 
 def program_for(code: str, meta: Mapping[str, Any]) -> tuple[str, str]:
-    """(program, tests) for :func:`corl_bench.sandbox.check_program`."""
+    """(program, tests) for :func:`corl_bench.eval.sandbox.check_program`."""
     return PROGRAMS[meta["kind"]](code, meta)
 
 
@@ -106,7 +106,7 @@ def cpu_seconds(meta: Mapping[str, Any], base: float) -> float:
 
 def run_tests(code: str | None, meta: Mapping[str, Any], *, timeout: float = 10.0) -> tuple[bool, str]:
     """(passed, status) of one completion's extracted code against its item's tests, in the sandbox."""
-    from corl_bench.sandbox import SandboxLimits, check_program
+    from corl_bench.eval.sandbox import SandboxLimits, check_program
 
     if code is None or not code.strip():
         return False, "no-code"
