@@ -40,6 +40,9 @@ class CoRewardingII(Method):
     """Co-rewarding-II: reward = exact agreement with the plurality answer of an EMA teacher's own rollouts."""
 
     name = "co-rewarding-ii"
+    label = "Co-rewarding-II"
+    independent_agents = True
+    table_order = 50
     min_agents = 1
     uses_labels = False
     teacher = True

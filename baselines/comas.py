@@ -95,6 +95,8 @@ class CoMAS(Method):
     """CoMAS: solver/evaluator/scorer interaction rewards among the agents, REINFORCE++ whitened advantages."""
 
     name = "comas"
+    label = "CoMAS"
+    table_order = 80
     min_agents = 2
     uses_labels = False
     extra_cost = ("2 generations (critique, score) per rollout per round, +1 solution per rollout in rounds > 1; "

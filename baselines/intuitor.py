@@ -18,6 +18,9 @@ class Intuitor(Method):
     """Intuitor: reward = mean token self-certainty KL(U || p) of the response."""
 
     name = "intuitor"
+    label = "Intuitor"
+    independent_agents = True
+    table_order = 40
     min_agents = 1
     uses_labels = False
     extra_cost = "none (full-vocab self-certainty from the training forward pass)"

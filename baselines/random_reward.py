@@ -30,6 +30,10 @@ class RandomReward(Method):
     """Control: reward ~ Bernoulli(p), independent of the completion."""
 
     name = "random-reward"
+    label = "Random reward"
+    kind = "control"
+    independent_agents = True
+    table_order = 90
     min_agents = 1
     uses_labels = False
     extra_cost = "none"

@@ -28,6 +28,9 @@ class RENT(Method):
     """RENT: reward = -mean token entropy of the response (plus the official format penalty)."""
 
     name = "rent"
+    label = "RENT"
+    independent_agents = True
+    table_order = 30
     min_agents = 1
     uses_labels = False
     extra_cost = "none (full-vocab entropy from the training forward pass)"

@@ -32,6 +32,9 @@ class TTRL(Method):
     """TTRL: reward = agreement with the agent's own plurality vote."""
 
     name = "ttrl"
+    label = "TTRL"
+    independent_agents = True
+    table_order = 20
     min_agents = 1
     uses_labels = False
     extra_cost = "votes_per_prompt - samples_per_prompt extra generations per prompt (0 by default)"

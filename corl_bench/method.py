@@ -108,9 +108,38 @@ class Method:
     Options: ClassVar[type] = NoOptions  # a frozen dataclass; MethodConfig.options is validated against it
     teacher: ClassVar[bool] = False  # each agent keeps an EMA teacher that generates (Co-rewarding-II)
 
+    # How the method describes itself to tables and listings (read from the class; no instance, no torch):
+    label: ClassVar[str] = ""  # row label in tables ("TTRL"); empty = the registered name
+    kind: ClassVar[str] = ""  # label-free | uses-labels (shown, never ranked) | control (never ranked); empty =
+    #                           uses-labels when uses_labels, else label-free
+    independent_agents: ClassVar[bool] = False  # every agent trains on its own (the cohort only names the models),
+    #                                             so each agent is a row of its own family's block
+    cohort_labels: ClassVar[Mapping[str, str]] = {}  # cohort -> row suffix, in row order: "Co-RL (cross-family)";
+    #                                                  a method with none has one row label whatever the cohort
+    table_order: ClassVar[int] = 1000  # rows sort by this (the paper's methods 10..90), then by name
+
     def __init__(self, options: Any, agents: Sequence[AgentSpec]) -> None:
         self.options = options
         self.agents = tuple(agents)
+
+    # ---------------------------------------------------------------- self-description
+    KINDS: ClassVar[tuple[str, ...]] = ("label-free", "uses-labels", "control")
+
+    @classmethod
+    def method_kind(cls) -> str:
+        """label-free, uses-labels or control (the tables rank label-free rows only)."""
+        kind = cls.kind or ("uses-labels" if cls.uses_labels else "label-free")
+        if kind not in cls.KINDS:
+            raise ConfigError(f"method {cls.name!r} declares kind {kind!r}; use one of {', '.join(cls.KINDS)}")
+        return kind
+
+    @classmethod
+    def row_label(cls, cohort: str) -> str:
+        """The table row of this method trained on ``cohort`` ("Co-RL (cross-family)", "TTRL")."""
+        label = cls.label or cls.name
+        if not cls.cohort_labels:
+            return label
+        return f"{label} ({cls.cohort_labels.get(cohort, cohort)})"
 
     # ---------------------------------------------------------------- construction
     @classmethod

@@ -44,6 +44,10 @@ class CoRL(Method):
     """Co-RL: reward = agreement with the peer's plurality vote (directed ring)."""
 
     name = "corl"
+    label = "Co-RL"
+    cohort_labels = {"same-family": "same family", "cross-family": "cross-family",
+                     "cross-family-rephrased": "cross-family+", "three-agent": "three agents"}
+    table_order = 60
     min_agents = 2
     uses_labels = False
     extra_cost = "none (agents exchange answers only)"
@@ -91,6 +95,9 @@ class CoRLPeerMajority(CoRL):
     """Control: Co-RL where each agent learns from the strict majority of all its peers' votes (ties unlabeled)."""
 
     name = "corl-peer-majority"
+    label = "Co-RL peer-majority"
+    cohort_labels = {}
+    table_order = 70
     min_agents = 3
     extra_cost = "none (agents exchange answers only)"
     reference = "control (not in the paper); DrStranded/Co-RL co_label_utils.py _peer_majority_vote (unused there)"

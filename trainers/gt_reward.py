@@ -16,6 +16,9 @@ class GTReward(Method):
     """GRPO with the ground-truth reward (uses labels; a reference, not a label-free method)."""
 
     name = "gt-reward"
+    label = "GT-Reward"
+    independent_agents = True
+    table_order = 10
     min_agents = 1
     uses_labels = True
     extra_cost = "none"
