@@ -20,9 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from corl_bench.method import AgentRewards, Method, RewardInput
-from corl_bench.registries import METHODS
-from corl_bench.eval.verifier import plurality_vote
+from corl_bench.method import METHODS, AgentRewards, AuxiliaryModel, Method, RewardInput, plurality_vote
 
 
 @dataclass(frozen=True)
@@ -45,13 +43,14 @@ class CoRewardingII(Method):
     table_order = 50
     min_agents = 1
     uses_labels = False
-    teacher = True
+    # the teacher: a copy of the initial policy that generates its own rollouts and is the KL anchor
+    auxiliary = (AuxiliaryModel("teacher", generates=True, kl_reference=True),)
     extra_cost = "K teacher generations per prompt (2x generation); an EMA copy that is also the KL reference"
     reference = ("Co-rewarding, arXiv 2508.00410; tmlr-group/Co-rewarding "
                  "Co-rewarding-II/verl/workers/reward_manager/co_rewarding_II.py")
     Options = CoRewardingIIOptions
 
-    def teacher_alpha(self, step: int, total_steps: int) -> float:
+    def auxiliary_update(self, name: str, step: int, total_steps: int) -> float:
         a0, a1 = self.options.alpha_start, self.options.alpha_end
         return a1 + 0.5 * (a0 - a1) * (1.0 + math.cos(math.pi * step / max(1, total_steps)))
 

@@ -36,8 +36,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from corl_bench.method import AgentRewards, ExtraSample, Method, RewardInput
-from corl_bench.registries import METHODS
+from corl_bench.method import (METHODS, AgentRewards, ExtraSample, Method, RewardInput, prompt_text,
+                               whitened_advantages)
 
 EVALUATOR_TEMPLATE = ("Problem: {problem}\nSolution: {solution}\n"
                       "Point out every error in the solution, briefly.\nEvaluation:")
@@ -122,7 +122,7 @@ class CoMAS(Method):
         counts = {"unparsable": 0, "score": 0.0, "n": 0}
         critiques: dict[Any, Any] = {}  # the previous round's critiques (round > 1 solvers see them as references)
         for rnd in range(opts.rounds):
-            problem = {s: batch.prompts[s[2]][s[0]].strip() for s in slots}
+            problem = {s: prompt_text(batch.prompts[s[2]][s[0]]).strip() for s in slots}
             solver_requests, solutions = {}, {}
             if rnd > 0:  # new solutions; each sees references drawn from the previous round of its slot
                 for p, j, a in slots:
@@ -184,8 +184,6 @@ class CoMAS(Method):
     def advantages(self, batch: RewardInput, rewards: dict[str, AgentRewards],
                    lengths: dict[str, list[int]]) -> dict[str, Any]:
         import torch  # method files stay torch-free at import time
-
-        from corl_bench.train.grpo import whitened_advantages
 
         out = {}
         for name, r in rewards.items():

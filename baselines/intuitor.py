@@ -9,8 +9,7 @@ nothing after group normalisation. No format heuristic beyond the prompt, as in 
 
 from __future__ import annotations
 
-from corl_bench.method import AgentRewards, Method, RewardInput
-from corl_bench.registries import METHODS
+from corl_bench.method import METHODS, AgentRewards, Method, RewardInput
 
 
 @METHODS.register("intuitor")

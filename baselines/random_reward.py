@@ -10,8 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from corl_bench.method import AgentRewards, Method, RewardInput
-from corl_bench.registries import METHODS
+from corl_bench.method import METHODS, AgentRewards, Method, RewardInput
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corl_bench.method import AgentRewards, Method, RewardInput
-from corl_bench.registries import METHODS
-from corl_bench.eval.verifier import has_boxed
+from corl_bench.method import METHODS, AgentRewards, Method, RewardInput, has_boxed
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corl_bench.method import AgentRewards, Method, RewardInput
-from corl_bench.registries import METHODS
-from corl_bench.eval.verifier import is_equivalent, plurality_vote
+from corl_bench.method import (METHODS, AgentRewards, ConfigError, Method, RewardInput, is_equivalent,
+                               plurality_vote)
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,6 @@ class TTRL(Method):
     def generation_n(self, samples_per_prompt: int) -> int:
         v = self.options.votes_per_prompt
         if v and v < samples_per_prompt:
-            from corl_bench.config import ConfigError
-
             raise ConfigError(f"method.options.votes_per_prompt ({v}) must be >= rollout.samples_per_prompt "
                               f"({samples_per_prompt}); set it to 0 to vote on the trained samples")
         return max(v, samples_per_prompt)

@@ -20,7 +20,7 @@ from corl_bench.registries import RegistryError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Benchmark harness for label-free RL: Co-RL, TTRL, GT-Reward, ... on one GRPO core.")
 console = Console(stderr=True)
-KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles")
+KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles", "engines")
 
 
 def _fail(msg: str) -> None:
@@ -125,7 +125,8 @@ def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (de
 
 
 @app.command("ls")
-def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmarks | families | profiles")) -> None:
+def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmarks | families | profiles | engines")
+       ) -> None:
     """List what is registered (never imports torch). Names are never cut: a table in a terminal wide enough for
     them, else (a pipe, a log, a narrow terminal) plain tab-separated rows under a header row."""
     from corl_bench import registries
@@ -175,8 +176,12 @@ def _list_profiles(reg) -> Listing:
     return ("name",), [(name,) for name in reg.names()]
 
 
+def _list_engines(reg) -> Listing:
+    return ("name",), [(name,) for name in reg.names()]
+
+
 _LISTINGS = {"methods": _list_methods, "cohorts": _list_cohorts, "benchmarks": _list_benchmarks,
-             "families": _list_families, "profiles": _list_profiles}
+             "families": _list_families, "profiles": _list_profiles, "engines": _list_engines}
 
 
 def _print_listing(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

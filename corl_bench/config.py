@@ -29,7 +29,32 @@ from typing import Any
 
 import yaml
 
-from corl_bench.train.loss_modes import resolve_loss_agg
+
+
+# Loss-aggregation modes of the GRPO core (named here, torch-free, so configs validate without torch).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_ALIASES = {
+    "bnpo": "token-mean",
+    "grpo": "seq-mean-token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dr-grpo": "seq-mean-token-sum-norm",
+}
+
+
+def resolve_loss_agg(mode: str) -> str:
+    """Canonical loss-aggregation name for ``mode`` (a canonical name or an alias).
+
+    Canonical names are verl's ``loss_agg_mode`` values; aliases are TRL's ``loss_type`` values.
+    Raises ValueError listing valid modes and aliases.
+    """
+    if mode in LOSS_AGG_MODES:
+        return mode
+    if mode in LOSS_AGG_ALIASES:
+        return LOSS_AGG_ALIASES[mode]
+    raise ValueError(
+        f"unknown loss aggregation {mode!r}; valid modes: {', '.join(LOSS_AGG_MODES)}; "
+        f"aliases: {', '.join(f'{k}={v}' for k, v in LOSS_AGG_ALIASES.items())}"
+    )
 
 
 class ConfigError(ValueError):
@@ -48,7 +73,8 @@ def _positive(section: str, name: str, value: float, hint: str) -> None:
 @dataclass(frozen=True)
 class ModelConfig:
     profile: str = "micro"
-    """where models and data come from: ``micro`` (embedded tiny models, the default)"""
+    """a registered profile (``corl-bench ls profiles``): where models and data come from; ``micro`` (embedded tiny
+    models, the default)"""
     cache_dir: str | None = None
     """micro checkpoints; default ``$CORL_BENCH_CACHE`` or ``~/.cache/corl-bench``"""
     dtype: str = "float32"
@@ -65,8 +91,8 @@ class ModelConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     backend: str = "hf"
-    """rollout engine: ``hf`` (transformers generate with KV cache) or ``fast`` (shared prefill per prompt and
-    finished rows dropped from the batch; what ``corl-bench eval`` uses)"""
+    """a registered rollout engine (``corl-bench ls engines``): ``hf`` (transformers generate with KV cache) or
+    ``fast`` (shared prefill per prompt and finished rows dropped from the batch; what ``corl-bench eval`` uses)"""
     prompts_per_step: int = 16
     """prompts per training step; every agent sees the same prompts in the same order"""
     samples_per_prompt: int = 8
@@ -77,7 +103,8 @@ class RolloutConfig:
     """completion cap; completions that hit it count as clipped"""
 
     def __post_init__(self) -> None:
-        _check(self.backend in ("hf", "fast"), f"rollout.backend {self.backend!r} is not available; set rollout.backend=hf or fast")
+        _check(bool(self.backend.strip()), "rollout.backend is empty; set rollout.backend=hf (or fast, or a plugin "
+               "engine: corl-bench ls engines)")
         _positive("rollout", "prompts_per_step", self.prompts_per_step, "16")
         _check(self.samples_per_prompt >= 2, f"rollout.samples_per_prompt must be >= 2 for group-normalised "
                f"advantages (got {self.samples_per_prompt}); set e.g. rollout.samples_per_prompt=8")

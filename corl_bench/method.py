@@ -1,9 +1,10 @@
 """The method contract: how one step's rollouts become rewards (and, rarely, advantages).
 
-A method is one file that subclasses :class:`Method` and registers itself::
+A method is one file that subclasses :class:`Method` and registers itself; it imports from ``corl_bench`` only
+this module, which carries everything a method may use (the registry, the answer verifier's equivalence and vote,
+the request type, REINFORCE++ whitening)::
 
-    from corl_bench.method import AgentRewards, Method, RewardInput
-    from corl_bench.registries import METHODS
+    from corl_bench.method import METHODS, AgentRewards, Method, RewardInput, is_equivalent, plurality_vote
 
     @METHODS.register("my-method")
     class MyMethod(Method):
@@ -17,6 +18,11 @@ The trainer hands a method only what it may see: every agent's extracted answers
 problem. The hidden ground truth is in ``RewardInput.labels`` **only** for methods that declare
 ``uses_labels = True`` (GT-Reward); for every label-free method it is ``None``.
 
+A method that needs a model besides each agent's policy declares it in :attr:`Method.auxiliary`
+(Co-rewarding-II's EMA teacher): the agents keep it, the trainer samples its rollouts into
+``RewardInput.auxiliary_rollouts`` when it ``generates``, and moves it toward the policy after every update by the
+rate :meth:`Method.auxiliary_update` returns.
+
 Method files must stay torch-free at import time (``corl-bench ls methods`` reads the class attributes).
 """
 
@@ -27,6 +33,31 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from corl_bench.config import AgentSpec, ConfigError
+from corl_bench.eval.verifier import Vote, has_boxed, is_equivalent, plurality_vote
+from corl_bench.registries import METHODS
+from corl_bench.rollout.base import Completion, Request, prompt_text
+
+__all__ = ["METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError", "ExtraSample",
+           "Generate", "Method", "NoOptions", "Request", "RewardInput", "SequenceStats", "Vote", "has_boxed",
+           "is_equivalent", "plurality_vote", "prompt_text", "whitened_advantages"]
+
+
+def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
+    """REINFORCE++ advantages whitened over all of an agent's samples (:func:`corl_bench.train.grpo.whitened_advantages`;
+    imported on call, so method files stay torch-free)."""
+    from corl_bench.train.grpo import whitened_advantages as whiten
+
+    return whiten(rewards, lengths, eps)
+
+
+@dataclass(frozen=True)
+class AuxiliaryModel:
+    """A model each agent keeps besides its policy, starting as a frozen copy of the initial policy."""
+
+    name: str  # e.g. "teacher"; the key of RewardInput.auxiliary_rollouts
+    generates: bool = True  # sample K rollouts per prompt from it every step (its own seed stream)
+    kl_reference: bool = False  # it is also the anchor of the k3 KL term (grpo.kl_coef)
+    seed_salt: int = 1_000  # added to the agent's seed offset for its rollouts (never the policy's stream)
 
 
 @dataclass(frozen=True)
@@ -55,14 +86,21 @@ class RewardInput:
     samples_per_prompt: int  # K: the rollouts that are trained on are the first K of each prompt
     labels: list[str] | None = None  # hidden truth; only for methods with uses_labels = True
     stats: dict[str, SequenceStats] | None = None  # agent -> policy statistics of its trained rollouts
-    teacher_rollouts: dict[str, AgentRollouts] | None = None  # agent -> rollouts of its EMA teacher (if any)
-    prompts: dict[str, list[str]] | None = None  # agent -> [P] the rendered prompts the rollouts answer
+    auxiliary_rollouts: dict[str, dict[str, AgentRollouts]] | None = None  # model -> agent -> rollouts of the
+    #                                                                      agent's auxiliary model (Method.auxiliary)
+    prompts: dict[str, list[Request]] | None = None  # agent -> [P] the requests the rollouts answer
     generate: "Generate | None" = None  # extra generations through the rollout engine (interactive methods)
+
+    @property
+    def teacher_rollouts(self) -> dict[str, AgentRollouts] | None:
+        """agent -> rollouts of its ``teacher`` auxiliary model (Co-rewarding-II), if the method declares one."""
+        return (self.auxiliary_rollouts or {}).get("teacher")
 
 
 Generate = Callable[..., list[Any]]
 """``generate(agent, prompts, role, max_new_tokens=None) -> [Completion]``: one sampled completion per prompt from
-``agent``'s current policy, through the same rollout engine and sampling settings as the main rollouts, with a seed
+``agent``'s current policy (prompts: text or :class:`Request`), through the same rollout engine and sampling
+settings as the main rollouts, with a seed
 derived from (run seed, agent, step, role) — so extra generations are reproducible and never reuse the rollout seed.
 """
 
@@ -75,8 +113,8 @@ class ExtraSample:
     step as its main rollouts, with the advantage the method's :meth:`Method.advantages` gives it.
     """
 
-    prompt: str
-    completion: Any  # corl_bench.rollout.Completion
+    prompt: str | Request
+    completion: Completion
     reward: float
     role: str
 
@@ -106,7 +144,7 @@ class Method:
     extra_cost: ClassVar[str] = "none"  # extra forward passes or generations, for `ls methods`
     reference: ClassVar[str] = ""  # paper / official code the implementation follows
     Options: ClassVar[type] = NoOptions  # a frozen dataclass; MethodConfig.options is validated against it
-    teacher: ClassVar[bool] = False  # each agent keeps an EMA teacher that generates (Co-rewarding-II)
+    auxiliary: ClassVar[tuple[AuxiliaryModel, ...]] = ()  # models each agent keeps besides its policy
 
     # How the method describes itself to tables and listings (read from the class; no instance, no torch):
     label: ClassVar[str] = ""  # row label in tables ("TTRL"); empty = the registered name
@@ -189,8 +227,8 @@ class Method:
         """
         return None
 
-    def teacher_alpha(self, step: int, total_steps: int) -> float:
-        """EMA rate for the teacher after ``step`` (only for methods with ``teacher = True``)."""
+    def auxiliary_update(self, name: str, step: int, total_steps: int) -> float:
+        """EMA rate of auxiliary model ``name`` toward the policy after the update of ``step`` (0: it stays)."""
         return 0.0
 
     def state_dict(self) -> dict[str, Any]:

@@ -7,8 +7,15 @@ A run directory (``results/runs/<run_id>/``) holds::
     run.json             method, cohort, agents, status (running | finished | failed), timings
     metrics.jsonl        one line per step and agent: rewards and label-free diagnostics
     samples.jsonl        every N steps: prompt, completion, extracted answer, pseudo-label, hidden truth, reward
-    eval/<phase>/<agent>/<benchmark>.jsonl   per-sample predictions (phase: base | final)
+    eval/<phase>/<agent>/<benchmark>.jsonl   per-sample predictions (phase: base | step-NNNNNN | final)
+    eval/<phase>/<agent>/eval_manifest.json  per benchmark: version and decoding (``corl-bench eval`` targets)
+    checkpoints/step-NNNNNN/, checkpoints/latest   resumable training checkpoints (corl_bench.train.checkpoint)
     checkpoints/final/<agent>/               save_pretrained folders
+    .lock                held (flock) by the process that writes the run
+
+:class:`RunDir` is the one place that knows these names: every reader (table, plots, report, study, probe, sweep,
+``corl-bench eval`` targets, scripts) goes through its path properties and readers, and :func:`find_runs` lists
+the run directories under a results directory.
 
 JSON files are written atomically (temporary file in the same directory, fsync, rename); JSONL files are appended
 one complete line at a time.
@@ -25,6 +32,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -32,12 +40,15 @@ TRACKED_PACKAGES = ("corl-bench", "torch", "transformers", "tokenizers", "math-v
                     "pyyaml", "lm-eval", "datasets")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part: a temporary file
+    in the same directory, fsync, mode 0644, ``os.replace``; parent directories are created."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
@@ -48,6 +59,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` as UTF-8 (newlines written as they are)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -116,6 +132,180 @@ def read_json(path: Path) -> dict[str, Any]:
     return obj
 
 
+# ------------------------------------------------------------------------------------------ run directories
+RUN_INFO = "run.json"
+CONFIG = "config.yaml"
+ENV = "env.json"
+METRICS = "metrics.jsonl"
+SAMPLES = "samples.jsonl"
+EVAL = "eval"
+EVAL_MANIFEST = "eval_manifest.json"
+CHECKPOINTS = "checkpoints"
+FINAL = "final"
+LOCK = ".lock"
+
+
+def step_phase(step: int) -> str:
+    """The evaluation phase after ``step`` training steps (``step-000020``); the others are ``base`` and ``final``."""
+    return f"step-{step:06d}"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory: the paths of everything it holds, and readers for them. Nothing is read or created on
+    construction; a reader raises what reading raises (``FileNotFoundError``, ``ValueError`` for bad JSON, ...)
+    unless it says otherwise, so each caller words its own one-line error."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def name(self) -> str:
+        """The run id the directory is named after."""
+        return self.path.name
+
+    # -------------------------------------------------------------------- paths (what the runner writes)
+    @property
+    def info_path(self) -> Path:
+        return self.path / RUN_INFO
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def env_path(self) -> Path:
+        return self.path / ENV
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def samples_path(self) -> Path:
+        return self.path / SAMPLES
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / LOCK
+
+    @property
+    def eval_root(self) -> Path:
+        """``eval/``: one folder per phase, one per agent below it."""
+        return self.path / EVAL
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        """``checkpoints/``: resumable ``step-NNNNNN`` folders and ``latest`` (see corl_bench.train.checkpoint),
+        and ``final/<agent>``."""
+        return self.path / CHECKPOINTS
+
+    def eval_dir(self, phase: str, agent: str) -> Path:
+        """``eval/<phase>/<agent>/``: that agent's predictions files of that phase."""
+        return self.eval_root / phase / agent
+
+    def predictions_path(self, phase: str, agent: str, benchmark: str) -> Path:
+        return self.eval_dir(phase, agent) / f"{benchmark}.jsonl"
+
+    def manifest_path(self, phase: str, agent: str) -> Path:
+        return self.eval_dir(phase, agent) / EVAL_MANIFEST
+
+    def step_checkpoint(self, step: int) -> Path:
+        """``checkpoints/step-NNNNNN``: the resumable checkpoint after ``step`` steps."""
+        return self.checkpoints_dir / f"step-{step:06d}"
+
+    def final_checkpoint(self, agent: str) -> Path:
+        """``checkpoints/final/<agent>``: the agent's final weights as a ``save_pretrained`` folder."""
+        return self.checkpoints_dir / FINAL / agent
+
+    # -------------------------------------------------------------------- readers
+    def is_run(self) -> bool:
+        """Whether the directory holds a run.json (what makes a directory a run)."""
+        return self.info_path.is_file()
+
+    def info(self) -> dict[str, Any]:
+        """run.json as a dict (``json.JSONDecodeError`` / ``ValueError`` when it is not a JSON object)."""
+        return read_json(self.info_path)
+
+    def env(self) -> dict[str, Any]:
+        return read_json(self.env_path)
+
+    def config(self) -> dict[str, Any]:
+        """config.yaml as a dict ({} for an empty file; ``ValueError`` when it is not a mapping)."""
+        import yaml
+
+        cfg = yaml.safe_load(self.config_path.read_text(encoding="utf-8"))
+        if cfg is None:
+            return {}
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{self.config_path} is not a mapping")
+        return cfg
+
+    def agents(self) -> list[dict[str, Any]]:
+        """run.json's ``agents`` (name, family, view) in cohort order; entries without a name are left out."""
+        agents = self.info().get("agents")
+        return [a for a in agents if isinstance(a, dict) and isinstance(a.get("name"), str)] \
+            if isinstance(agents, list) else []
+
+    def metrics(self, *, error: type[Exception] = ValueError, complete_only: bool = False) -> list[dict[str, Any]]:
+        """The rows of metrics.jsonl; ``complete_only`` skips a torn last line (a killed run) instead of raising
+        ``error``. A missing file raises ``FileNotFoundError`` (strict) or has no rows (``complete_only``)."""
+        return self._rows(self.metrics_path, error, complete_only)
+
+    def samples(self, *, error: type[Exception] = ValueError, complete_only: bool = False) -> list[dict[str, Any]]:
+        """The rows of samples.jsonl (as :meth:`metrics`)."""
+        return self._rows(self.samples_path, error, complete_only)
+
+    @staticmethod
+    def _rows(path: Path, error: type[Exception], complete_only: bool) -> list[dict[str, Any]]:
+        return read_complete_rows(path)[0] if complete_only else read_jsonl(path, error, str(path))
+
+    def phases(self) -> list[str]:
+        """The evaluation phases present under ``eval/`` (folder names, sorted)."""
+        root = self.eval_root
+        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+    def evaluated_agents(self, phase: str) -> list[str]:
+        """The agents with a predictions folder in ``phase`` (sorted)."""
+        root = self.eval_root / phase
+        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+    def benchmarks(self, phase: str, agent: str) -> list[str]:
+        """The benchmarks with a predictions file for ``agent`` in ``phase``, in the order of their file names."""
+        folder = self.eval_dir(phase, agent)
+        return [p.stem for p in sorted(folder.glob("*.jsonl"))] if folder.is_dir() else []
+
+    def predictions(self, phase: str, agent: str, benchmark: str, *, error: type[Exception] = ValueError,
+                    name: str | None = None) -> list[dict[str, Any]]:
+        """The prediction rows of one (phase, agent, benchmark); ``error("<name> line N ...")`` on a bad line."""
+        return read_jsonl(self.predictions_path(phase, agent, benchmark), error, name)
+
+    def manifest(self, phase: str, agent: str) -> dict[str, Any]:
+        """eval_manifest.json of one agent folder ({} when there is none)."""
+        path = self.manifest_path(phase, agent)
+        return read_json(path) if path.is_file() else {}
+
+    def manifest_paths(self) -> list[Path]:
+        """Every ``eval/<phase>/<agent>/eval_manifest.json`` (sorted)."""
+        return sorted(self.eval_root.glob(f"*/*/{EVAL_MANIFEST}"))
+
+
+def find_runs(results_dir: Path | str) -> list[RunDir]:
+    """Every run directory under ``results_dir`` (recursively, itself included), sorted by path."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        return []
+    return [RunDir(p) for p in sorted({p.parent for p in results_dir.rglob(RUN_INFO) if p.is_file()})]
+
+
 @contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``run_dir`` (``.lock``, fcntl) while a process writes it; a second process gets
@@ -124,7 +314,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
     from corl_bench.config import ConfigError
 
-    fd = os.open(run_dir / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    fd = os.open(RunDir(run_dir).lock_path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -14,7 +14,6 @@ gives the full table from the same predictions.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,19 +27,23 @@ LAST_FRACTION = 0.2  # "final" training diagnostics: mean over the last 20 % of 
 
 
 def finished_runs(out: Path) -> dict[tuple[str, str], Path]:
+    from corl_bench.results import find_runs
+
     runs = {}
-    for info_path in sorted(out.glob("runs/*/run.json")):
-        info = json.loads(info_path.read_text())
+    for run in find_runs(out / "runs"):
+        info = run.info()
         if info.get("status") == "finished":
-            runs[(info["method"], info["cohort"])] = info_path.parent
+            runs[(info["method"], info["cohort"])] = run.path
     return runs
 
 
 def summarise(run_dir: Path) -> list[dict]:
-    from corl_bench.report.table import collect
+    from corl_bench.report.collect import collect
+    from corl_bench.results import RunDir
 
-    info = json.loads((run_dir / "run.json").read_text())
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    run = RunDir(run_dir)
+    info = run.info()
+    rows = run.metrics()
     steps = max(r["step"] for r in rows) + 1
     tail = [r for r in rows if r["step"] >= steps * (1 - LAST_FRACTION)]
     table_rows, _ = collect(run_dir.parent.parent)
@@ -101,7 +104,9 @@ def main() -> int:
     rows = [r for key, run_dir in sorted(finished_runs(args.out).items()) for r in summarise(run_dir)]
     text = to_markdown(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.md").write_text(text, encoding="utf-8")
+    from corl_bench.results import atomic_write_text
+
+    atomic_write_text(args.out / "summary.md", text)
     print(text)
     return 0
 

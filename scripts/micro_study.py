@@ -37,19 +37,18 @@ def _mean_sd(values: list[float]) -> str:
 
 def _runs(runs_dir: Path, prefix: str) -> dict[int, Path]:
     """seed -> the finished run directory named ``<prefix>-s<seed>``."""
-    import json
+    from corl_bench.results import RunDir
 
     out = {}
     for d in sorted(runs_dir.glob(f"{prefix}-s*")):
-        tail = d.name[len(prefix) + 2:]
-        info = d / "run.json"
-        if tail.isdigit() and info.is_file() and json.loads(info.read_text()).get("status") == "finished":
+        tail, run = d.name[len(prefix) + 2:], RunDir(d)
+        if tail.isdigit() and run.is_run() and run.info().get("status") == "finished":
             out[int(tail)] = d
     return out
 
 
 def tables(sweep_dir: Path) -> str:
-    from corl_bench.report.table import collect_results
+    from corl_bench.report.collect import collect_results
     from corl_bench.report.layout import build
     from corl_bench.report.render import render_text
 
@@ -103,13 +102,13 @@ def controls(runs_dir: Path, benchmark: str) -> str:
 
 
 def walltime(runs_dir: Path) -> tuple[str, float]:
-    import json
+    from corl_bench.results import find_runs
 
     per_cell: dict[str, list[float]] = {}
-    for info_path in sorted(runs_dir.glob("*/run.json")):
-        info = json.loads(info_path.read_text())
+    for run in find_runs(runs_dir):
+        info = run.info()
         if info.get("status") == "finished":
-            cell = info_path.parent.name.rsplit("-s", 1)[0]
+            cell = run.name.rsplit("-s", 1)[0]
             per_cell.setdefault(cell, []).append(float(info.get("wall_seconds") or 0.0))
     total = sum(sum(v) for v in per_cell.values())
     lines = ["| cell | runs | wall s per run (mean) | total s |", "|---|---:|---:|---:|"]

@@ -156,7 +156,7 @@ def ab(alpha: int, beta: int) -> dict[str, tuple[int, int]]:
 #   Co-RL (same family) a0  70/50 avg 60 Δ +20 ; a1 70/30 avg 50 Δ +10
 #   Co-RL (cross-family) s0-s2 80/60 -> 80.0 ± 0.0 | 60.0 ± 0.0 | 70.0 ± 0.0 | Δ +30.0 (bold everywhere)
 #   Random reward 100/100 (control: unmarked)
-#   my-method (cross-family) 70/50 avg 60 Δ +20 (plugin; ties with same-family a0)
+#   my-method (cross-family) 70/50 avg 60 Δ +20 (an unregistered method, e.g. an uninstalled plugin: not ranked)
 # llama-bpe block: Base 20/20 (from ttrl cross-family s0); TTRL 30/30 Δ +10 (u); Co-RL (cross-family) s0-s2
 #   40/50/60 -> 50.0 ± 10.0, Δ +30 (b); my-method 10/10 Δ -10.
 # TTRL x cross-family s0 also holds a qwen2-bpe agent (10/10): dropped in favour of TTRL x single s0 (warning).

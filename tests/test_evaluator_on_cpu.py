@@ -1,5 +1,5 @@
 """Spec-driven evaluation with a real tiny model: predictions written per sample, a re-run generates only what is
-missing, versions and decodings never mix, the table re-grades with the spec, and code is graded in the sandbox."""
+missing (and regenerates it identically), versions and decodings never mix, the table re-grades with the spec, and code is graded in the sandbox."""
 
 from __future__ import annotations
 
@@ -63,6 +63,8 @@ def test_an_interrupted_file_is_completed_not_duplicated(tiny_qwen, tmp_path):
     rows = [json.loads(x) for x in out.read_text().splitlines() if x.strip().endswith("}")]
     keys = [(r["problem_id"], r["decoding"], r["sample_index"]) for r in rows]
     assert len(keys) == len(set(keys)) == 15
+    # chunks are fixed over the full item list and seeded by their start: the lost rows come back identical
+    assert sorted(json.dumps(r) for r in rows) == sorted(json.dumps(json.loads(x)) for x in lines)
 
 
 def test_predictions_of_another_version_are_refused(tiny_qwen, tmp_path):
@@ -76,9 +78,12 @@ def test_predictions_of_another_version_are_refused(tiny_qwen, tmp_path):
 def test_resuming_with_a_different_decoding_is_refused(tmp_path):
     spec = toy_spec()
     check_manifest(tmp_path, spec, spec.decoding, "m", "ours")
+    (tmp_path / "toy.jsonl").write_text('{"problem_id": "p0", "benchmark_version": "1"}\n')
     check_manifest(tmp_path, spec, spec.decoding, "m", "ours")  # same protocol: fine
     with pytest.raises(ConfigError, match="different decoding"):
         check_manifest(tmp_path, spec, with_overrides(spec.decoding, max_new_tokens=99), "m", "ours")
+    (tmp_path / "toy.jsonl").unlink()  # no predictions left: nothing to mix, the new protocol is recorded
+    check_manifest(tmp_path, spec, with_overrides(spec.decoding, max_new_tokens=99), "m", "ours")
 
 
 def test_stop_strings_cut_the_completion(tiny_qwen, tmp_path):

@@ -185,7 +185,7 @@ def test_co_rewarding_ii_rewards_exact_agreement_with_the_teachers_plurality():
     b = batch({"a0": [["2", "0.5", "3", None], ["7", "7", "7", "7"]]}, k=4)
     teacher = {"a0": ro("a0", [["0.5", "0.5", "1/2", None], [None, None, None, None]])}
     b = RewardInput(step=0, problem_ids=b.problem_ids, rollouts=b.rollouts, samples_per_prompt=4,
-                    teacher_rollouts=teacher)
+                    auxiliary_rollouts={"teacher": teacher})
     out = m.rewards(b)["a0"]
     assert out.pseudo_labels == ["0.5", None]  # teacher plurality; a teacher without answers labels nothing
     assert out.rewards == [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]  # exact string, as the reference
@@ -193,10 +193,11 @@ def test_co_rewarding_ii_rewards_exact_agreement_with_the_teachers_plurality():
 
 def test_co_rewarding_ii_alpha_is_cosine_annealed_from_start_to_end():
     m = make("co-rewarding-ii", 1)
-    assert m.teacher_alpha(0, 100) == pytest.approx(0.01)
-    assert m.teacher_alpha(50, 100) == pytest.approx(1e-5 + 0.5 * (0.01 - 1e-5))
-    assert m.teacher_alpha(100, 100) == pytest.approx(1e-5)
-    assert METHODS.get("co-rewarding-ii").teacher
+    assert m.auxiliary_update("teacher", 0, 100) == pytest.approx(0.01)
+    assert m.auxiliary_update("teacher", 50, 100) == pytest.approx(1e-5 + 0.5 * (0.01 - 1e-5))
+    assert m.auxiliary_update("teacher", 100, 100) == pytest.approx(1e-5)
+    (teacher,) = METHODS.get("co-rewarding-ii").auxiliary
+    assert teacher.name == "teacher" and teacher.generates and teacher.kl_reference
 
 
 def test_co_rewarding_ii_refuses_to_run_without_teacher_rollouts():

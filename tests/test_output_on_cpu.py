@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -25,7 +26,7 @@ from corl_bench.train.progress import RunProgress, summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = Path(sys.executable).parent / "corl-bench"
-KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles")
+KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles", "engines")
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")
 PROGRESS = re.compile(r"\b\d+/\d+ \(\d+ s")  # "eval base: 120/1200 (12 s, eta 100 s)"
 BAR_RESIDUE = re.compile(r"━|elapsed|eta\s+[-\d]+:[-\d]|…")  # bar glyphs, "elapsed 0:00:12 eta 0:01:40", cut text
@@ -64,12 +65,21 @@ def listings() -> dict[tuple[str, int, bool], subprocess.CompletedProcess]:
         return dict(zip(LS_CASES, pool.map(one, LS_CASES)))
 
 
+@pytest.fixture(scope="module")
+def registered() -> dict[str, list[str]]:
+    """Every kind's names as a fresh process sees them (other tests register test-only families in this one)."""
+    code = ("import json; from corl_bench import registries; "
+            f"print(json.dumps({{k: getattr(registries, k.upper()).names() for k in {list(KINDS)!r}}}))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(res.stdout)
+
+
 @pytest.mark.parametrize("kind, cols, terminal", LS_CASES)
-def test_ls_never_cuts_a_name(listings, kind: str, cols: int, terminal: bool) -> None:
+def test_ls_never_cuts_a_name(listings, registered, kind: str, cols: int, terminal: bool) -> None:
     res = listings[kind, cols, terminal]
     assert res.returncode == 0, res.stderr
     out = _plain(res.stdout)  # a terminal gets bold headers
-    names = getattr(registries, kind.upper()).names()
+    names = registered[kind]
     assert names
     for name in names:
         assert _whole(name, out), f"{name} cut or missing in `ls {kind}` at {cols} columns:\n{out}"
@@ -77,12 +87,13 @@ def test_ls_never_cuts_a_name(listings, kind: str, cols: int, terminal: bool) ->
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_ls_through_a_pipe_prints_plain_tab_separated_rows_that_start_with_the_name(listings, kind: str) -> None:
+def test_ls_through_a_pipe_prints_plain_tab_separated_rows_that_start_with_the_name(listings, registered,
+                                                                                    kind: str) -> None:
     out = listings[kind, 80, False].stdout
     assert ANSI not in out and "━" not in out and "│" not in out
     first = [line.split("\t")[0] for line in out.splitlines()]
     assert first[0] == "name"
-    assert sorted(first[1:]) == sorted(getattr(registries, kind.upper()).names())
+    assert sorted(first[1:]) == sorted(registered[kind])
 
 
 def test_ls_benchmarks_piped_at_80_columns_finds_livecodebench_with_grep(listings) -> None:

@@ -60,7 +60,7 @@ def reference(root):
 
 def interrupted_run(root, out, monkeypatch, *, at_step=None, in_final_eval=False, method="corl", **extra):
     """Start a run that crashes at ``at_step`` (before that step) or inside the final evaluation."""
-    import corl_bench.eval.agent_eval as evaluation
+    import corl_bench.eval.evaluator as evaluation
     from corl_bench.train.runner import run
     from corl_bench.train.trainer import Trainer
 
@@ -71,10 +71,10 @@ def interrupted_run(root, out, monkeypatch, *, at_step=None, in_final_eval=False
             raise Interrupt(f"crash before step {s}")
         return original_step(self, s)
 
-    def evaluate(agent, benches, cfg, *, out_dir, **kw):
-        if in_final_eval and Path(out_dir).parent.name == "final":
+    def evaluate(generate, spec, items, *, out_path, **kw):
+        if in_final_eval and Path(out_path).parent.parent.name == "final":
             raise Interrupt("crash in the final evaluation")
-        return original_eval(agent, benches, cfg, out_dir=out_dir, **kw)
+        return original_eval(generate, spec, items, out_path=out_path, **kw)
 
     with monkeypatch.context() as m:
         m.setattr(Trainer, "step", step)

@@ -1,4 +1,4 @@
-"""CPU tests for corl_bench.report.table / table_layout / table_render / reference on hand-built results directories
+"""CPU tests for corl_bench.report.collect / layout / render / table / reference on hand-built results directories
 (tests/table_fixtures.py) with known percentages."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from rich.console import Console
@@ -19,7 +20,8 @@ from typer.testing import CliRunner
 from corl_bench.report import reference, table
 from corl_bench.cli import app
 from corl_bench.report.table import Row, collect, find_runs, main
-from corl_bench.report.layout import ROW_LABELS, PaperTable, build
+from corl_bench.report.layout import PaperTable, build
+from corl_bench.report.methods import ANY, row_labels
 from corl_bench.report.render import render_text, to_csv, to_html, to_latex, to_markdown, to_rich
 from tests.table_fixtures import AGENTS, DECODING, L, Q, T, build_results, build_world, make_run, make_world_run
 
@@ -155,12 +157,20 @@ def pct(stat) -> tuple[object, object, int]:  # (mean %, sd %, n) rounded for co
     return _r(stat.mean), _r(stat.sd), stat.n
 
 
-def test_row_labels_are_data_in_paper_order() -> None:
-    assert isinstance(ROW_LABELS, dict)
-    assert list(ROW_LABELS.values())[:8] == [
+def test_row_labels_come_from_the_methods_in_paper_order() -> None:
+    labels = row_labels()
+    assert isinstance(labels, dict)
+    assert list(labels.values())[:8] == [
         "GT-Reward", "TTRL", "RENT", "Intuitor", "Co-rewarding-II", "Co-RL (same family)", "Co-RL (cross-family)",
         "Co-RL (cross-family+)"]
-    assert ROW_LABELS[("corl", "cross-family-rephrased")] == "Co-RL (cross-family+)"
+    assert labels[("corl", "cross-family-rephrased")] == "Co-RL (cross-family+)"
+    assert labels[("ttrl", ANY)] == "TTRL"
+    from corl_bench.report import layout
+
+    assert layout.ROW_LABELS == labels  # the old constant, derived (kept for one release)
+    assert layout.SINGLE_AGENT_METHODS == {"gt-reward", "ttrl", "rent", "intuitor", "co-rewarding-ii",
+                                           "random-reward"}
+    assert layout.REFERENCE_LABELS == {"GT-Reward"} and layout.CONTROL_LABELS == {"Random reward"}
 
 
 def test_blocks_rows_in_paper_order_with_per_agent_and_tagged_rows(world_table: PaperTable) -> None:
@@ -170,7 +180,7 @@ def test_blocks_rows_in_paper_order_with_per_agent_and_tagged_rows(world_table: 
         "Base", "GT-Reward", "TTRL", "TTRL [budget-matched]", "Co-RL (same family) a0-qwen2-bpe",
         "Co-RL (same family) a1-qwen2-bpe", "Co-RL (cross-family)", "Random reward", "my-method (cross-family)"]
     assert [r.kind for r in qwen.rows] == ["base", "reference", "label-free", "control", "label-free", "label-free",
-                                           "label-free", "control", "label-free"]
+                                           "label-free", "control", "unknown"]  # my-method is not registered
     assert [r.label for r in llama.rows] == ["Base", "TTRL", "Co-RL (cross-family)", "my-method (cross-family)"]
     ttrl_llama = rows_of(world_table, "llama-bpe")["TTRL"]
     assert ttrl_llama.cohorts == ("cross-family",) and ttrl_llama.run_ids == ("ttrl-cross-family-s0",)
@@ -181,6 +191,8 @@ def test_blocks_rows_in_paper_order_with_per_agent_and_tagged_rows(world_table: 
 def test_duplicate_seed_across_cohorts_keeps_single_and_warns(world_table: PaperTable) -> None:
     ttrl = rows_of(world_table, "qwen2-bpe")["TTRL"]
     assert ttrl.run_ids == ("ttrl-single-s0", "ttrl-single-s1") and ttrl.cohorts == ("single",)
+    assert ("method 'my-method' (runs my-method-cross-family-s0): not registered here (an uninstalled plugin?); its "
+            "rows are labelled with the raw name and not ranked") in world_table.warnings
     dup = [w for w in world_table.warnings if "comes from 2 places" in w]
     assert dup == ["qwen2-bpe / TTRL: seed 0 comes from 2 places; kept ttrl-single-s0 (a0-qwen2-bpe, cohort single), "
                    "dropped ttrl-cross-family-s0 (a0-qwen2-bpe, cohort cross-family) (different final scores)"]
@@ -211,12 +223,72 @@ def test_marks_rank_label_free_rows_only_with_shared_ties(world_table: PaperTabl
     for unranked in ("Base", "GT-Reward", "TTRL [budget-matched]", "Random reward"):  # GT 85 and controls 100
         assert marks[unranked] == ("", "", "", ""), unranked
     assert marks["Co-RL (cross-family)"] == ("b", "b", "b", "b")
-    assert marks["Co-RL (same family) a0-qwen2-bpe"] == ("u", "u", "u", "u")  # 70 / 50 / 60 / +20 tie with my-method
-    assert marks["my-method (cross-family)"] == ("u", "u", "u", "u")
+    assert marks["Co-RL (same family) a0-qwen2-bpe"] == ("u", "u", "u", "u")  # 70 / 50 / 60 / +20
+    assert marks["my-method (cross-family)"] == ("", "", "", "")  # unregistered: shown, not ranked
     assert marks["Co-RL (same family) a1-qwen2-bpe"] == ("u", "", "", "")  # 70 ties on alpha only
     assert marks["TTRL"] == ("", "", "", "")
     assert lm["Co-RL (cross-family)"].marks == ("b",) * 4 and lm["TTRL"].marks == ("u",) * 4
     assert lm["my-method (cross-family)"].marks == ("",) * 4
+
+
+# ---------------------------------------------------------------------------------------------------- plugin methods
+@pytest.fixture()
+def plugin_methods() -> Iterator[None]:
+    """Two methods registered at test time, as a plugin package would (no core edit): a control without a label
+    (its rows use the registered name) and a label-free multi-agent method with its own cohort labels."""
+    from corl_bench.method import Method
+    from corl_bench.registries import METHODS
+
+    class MyControl(Method):
+        kind = "control"
+        independent_agents = True
+        table_order = 95
+
+    class MyPair(Method):
+        label = "My pair"
+        cohort_labels = {"cross-family": "two families"}
+        table_order = 65  # between Co-RL and Co-RL peer-majority
+        min_agents = 2
+
+    METHODS.register("my-control", MyControl)
+    METHODS.register("my-pair", MyPair)
+    try:
+        yield
+    finally:
+        METHODS.unregister("my-control")
+        METHODS.unregister("my-pair")
+
+
+def test_a_plugin_control_lands_in_the_controls_and_a_plugin_label_free_method_is_ranked(
+        tmp_path: Path, plugin_methods: None) -> None:
+    root = build_world(tmp_path / "r", only=["gt-reward-single-s0", "ttrl-single-s0", "corl-cross-family-s0",
+                                             "random-reward-single-s0"])
+    base = {Q: {"alpha": (5, 2), "beta": (3, 1)}, L: {"alpha": (2, 1), "beta": (2, 1)}}
+    make_world_run(root, "my-control-single-s0", "my-control", "single", 0, {Q: "qwen2-bpe"},
+                   {Q: {"alpha": (10, 0), "beta": (10, 0)}}, {Q: base[Q]})  # 100 %: would be bold if ranked
+    make_world_run(root, "my-pair-cross-family-s0", "my-pair", "cross-family", 0, {Q: "qwen2-bpe", L: "llama-bpe"},
+                   {Q: {"alpha": (9, 0), "beta": (9, 0)}, L: {"alpha": (1, 0), "beta": (1, 0)}}, base)
+    tab = build(root)
+    qwen = {r.label: r for r in tab.blocks[0].rows}
+    assert list(qwen) == ["Base", "GT-Reward", "TTRL", "Co-RL (cross-family)", "My pair (two families)",
+                          "Random reward", "my-control"]
+    assert (qwen["my-control"].kind, qwen["my-control"].marks) == ("control", ("",) * 4)
+    assert qwen["My pair (two families)"].kind == "label-free"
+    assert qwen["My pair (two families)"].marks == ("b",) * 4  # 90 / 90 beats Co-RL's 80 / 60
+    assert qwen["Co-RL (cross-family)"].marks == ("u",) * 4
+    llama = [r.label for r in tab.blocks[1].rows]
+    assert llama == ["Base", "Co-RL (cross-family)", "My pair (two families)"]
+    assert not [w for w in tab.warnings if "not registered" in w]
+    assert any("Random reward, my-control (control) and tagged rows are not ranked" in line for line in tab.footer)
+
+
+def test_a_method_uninstalled_after_its_runs_is_shown_by_name_and_not_ranked(tmp_path: Path) -> None:
+    root = build_world(tmp_path / "r", only=["ttrl-single-s0", "my-method-cross-family-s0"])
+    tab = build(root)
+    row = next(r for r in tab.blocks[0].rows if r.method == "my-method")
+    assert (row.label, row.kind, row.marks) == ("my-method (cross-family)", "unknown", ("",) * 4)
+    assert next(r for r in tab.blocks[0].rows if r.label == "TTRL").marks == ("b",) * 4
+    assert any("methods not registered here and tagged rows are not ranked" in line for line in tab.footer)
 
 
 def test_ties_are_compared_at_display_precision(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from corl_bench.train.agent import Agent, PolicyForward, UpdateStats
+from corl_bench.train.agent import Agent, SampleStats, TrainSample, UpdateStats
 from corl_bench.config import AgentSpec, load_config
 from corl_bench.micro.tasks import problem_stream
 from corl_bench.micro.warmstart import render_prompt
@@ -49,18 +49,20 @@ class PlantedAgent:
         self.answers = answers
         self.updates: list[torch.Tensor] = []
 
-    def generate(self, prompts, params):
+    def generate(self, prompts, params, model="policy"):
         return [[Completion((5, 6), (), f"1+1=2;\\boxed{{{self.answers[j % len(self.answers)]}}}", True)
                  for j in range(params.n)] for _ in prompts]
 
-    def forward(self, prompts, completions):
-        n = len(completions)
-        return PolicyForward(logp=torch.zeros(n, 1), mask=torch.ones(n, 1), entropy=torch.full((n,), 0.5),
-                             self_certainty=torch.full((n,), 0.25))
+    def score(self, samples):
+        n = len(samples)
+        return SampleStats(entropy=[0.5] * n, self_certainty=[0.25] * n)
 
-    def step(self, fwd, advantages, max_len=None):
-        self.updates.append(advantages.clone())
+    def update(self, advantages, max_len=None):
+        self.updates.append(torch.tensor(advantages))
         return UpdateStats(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+
+    def discard(self):
+        pass
 
 
 def make_trainer(agents, method_name: str, profile=None, **overrides) -> tuple[Trainer, list]:
@@ -125,8 +127,8 @@ class OracleAgent(PlantedAgent):
         self.truth = {render_prompt(p.text("original")): p.answer for p, _ in zip(problem_stream(0), range(64))}
         self.n_right = n_right
 
-    def generate(self, prompts, params):
-        return [[Completion((5,), (), f"\\boxed{{{self.truth[p] if j < self.n_right else '99'}}}", True)
+    def generate(self, prompts, params, model="policy"):
+        return [[Completion((5,), (), f"\\boxed{{{self.truth[str(p)] if j < self.n_right else '99'}}}", True)
                  for j in range(params.n)] for p in prompts]
 
 
@@ -162,9 +164,12 @@ def test_update_moves_parameters_and_zero_advantage_does_not(real_agent):
     comps = [c for row in real_agent.generate(prompts[:1], __import__("corl_bench.rollout", fromlist=["x"])
              .SamplingParams(n=2, max_new_tokens=6, seed=0)) for c in row]
     before = [p.detach().clone() for p in real_agent.model.parameters()]
-    real_agent.update(prompts, comps, torch.zeros(2))
+    samples = [TrainSample(p, c) for p, c in zip(prompts, comps)]
+    real_agent.score(samples)
+    real_agent.update([0.0, 0.0])
     assert all(torch.equal(a, b) for a, b in zip(before, real_agent.model.parameters()))
-    stats = real_agent.update(prompts, comps, torch.tensor([1.0, -1.0]))
+    real_agent.score(samples)
+    stats = real_agent.update([1.0, -1.0])
     assert any(not torch.equal(a, b) for a, b in zip(before, real_agent.model.parameters()))
     assert stats.grad_norm > 0 and stats.entropy > 0 and stats.n_tokens == sum(len(c.token_ids) for c in comps)
 
@@ -183,7 +188,8 @@ def test_positive_advantage_raises_the_completions_logprob(real_agent):
 
     before = logp()
     for _ in range(3):
-        real_agent.update([prompt, prompt], [comp, comp], torch.tensor([1.0, 1.0]))
+        real_agent.score([TrainSample(prompt, comp)] * 2)
+        real_agent.update([1.0, 1.0])
     assert logp() > before
 
 
@@ -219,14 +225,16 @@ def test_real_forward_pass_statistics_match_a_recomputation(real_agent):
 
     prompt = render_prompt("Ava has 77 pens. Ava gets 6 and buys 5. How many pens now?")
     comps = real_agent.generate([prompt], SamplingParams(n=2, max_new_tokens=6, seed=4))[0]
-    fwd = real_agent.forward([prompt] * 2, comps)
+    stats = real_agent.score([TrainSample(prompt, c) for c in comps])
     ids, att, cmask = real_agent._batch([prompt] * 2, comps)
     with torch.no_grad():
         logits = real_agent.model(input_ids=ids, attention_mask=att).logits[:, :-1]
     mask = cmask[:, 1:]
-    assert torch.allclose(fwd.entropy, grpo.masked_seq_mean(grpo.entropy_from_logits(logits), mask), atol=1e-5)
-    assert torch.allclose(fwd.self_certainty,
+    assert torch.allclose(torch.tensor(stats.entropy),
+                          grpo.masked_seq_mean(grpo.entropy_from_logits(logits), mask), atol=1e-5)
+    assert torch.allclose(torch.tensor(stats.self_certainty),
                           grpo.masked_seq_mean(grpo.self_certainty_from_logits(logits), mask), atol=1e-5)
+    real_agent.discard()
 
 
 class TeacherDouble(PlantedAgent):
@@ -236,13 +244,13 @@ class TeacherDouble(PlantedAgent):
         super().__init__(name, answers, offset=0)
         self.teacher_answer, self.alphas = teacher_answer, []
 
-    def generate(self, prompts, params, teacher=False):
-        if teacher:
+    def generate(self, prompts, params, model="policy"):
+        if model == "teacher":
             return [[Completion((5,), (), f"\\boxed{{{self.teacher_answer}}}", True)] * params.n for _ in prompts]
         return super().generate(prompts, params)
 
-    def ema_update(self, alpha):
-        self.alphas.append(alpha)
+    def update_auxiliary(self, name, alpha):
+        self.alphas.append((name, alpha))
 
 
 def test_trainer_generates_teacher_rollouts_and_updates_the_teacher_after_each_step():
@@ -253,21 +261,23 @@ def test_trainer_generates_teacher_rollouts_and_updates_the_teacher_after_each_s
     batch, out = seen[0]
     assert batch.teacher_rollouts["a0"].answers == [["5"] * 4] * 4
     assert out["a0"].rewards == [[1.0, 0.0, 1.0, 1.0]] * 4
-    assert agent.alphas == pytest.approx([0.01, 1e-5 + 0.5 * (0.01 - 1e-5) * (1 + math.cos(math.pi / 4))])
+    assert [n for n, _ in agent.alphas] == ["teacher", "teacher"]
+    assert [a for _, a in agent.alphas] == pytest.approx([0.01, 1e-5 + 0.5 * (0.01 - 1e-5) * (1 + math.cos(math.pi / 4))])
 
 
 def test_agent_ema_update_moves_the_teacher_toward_the_policy(tiny_qwen):
     model, tok = tiny_qwen
     cfg = load_config(None, [])
-    agent = Agent(AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, cfg.grpo, teacher=True)
+    teacher = METHODS.get("co-rewarding-ii").auxiliary
+    agent = Agent(AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, cfg.grpo, auxiliary=teacher)
     with torch.no_grad():
         for p in agent.model.parameters():
             p.add_(1.0)
     before = [t.detach().clone() for t in agent.reference.parameters()]
-    agent.ema_update(0.25)
+    agent.update_auxiliary("teacher", 0.25)
     for t, b, p in zip(agent.reference.parameters(), before, agent.model.parameters()):
         assert torch.allclose(t, 0.25 * p + 0.75 * b, atol=1e-6)
-    assert agent.teacher_engine is not None and agent.teacher_engine.model is agent.reference
+    assert agent.auxiliary["teacher"] is agent.reference and agent.engines["teacher"].model is agent.reference
 
 
 def test_comas_extra_generations_join_the_authors_forward_pass_and_update(tiny_qwen):
@@ -277,13 +287,13 @@ def test_comas_extra_generations_join_the_authors_forward_pass_and_update(tiny_q
               for i in range(2)]
     steps = {}
     for a in agents:
-        original = a.step
+        original = a.update
 
-        def spy(fwd, adv, max_len=None, _a=a, _orig=original):
-            steps[_a.name] = (fwd.logp.shape[0], adv.clone())
-            return _orig(fwd, adv, max_len=max_len)
+        def spy(adv, max_len=None, _a=a, _orig=original):
+            steps[_a.name] = (_a._pending.logp.shape[0], torch.tensor(adv))
+            return _orig(adv, max_len=max_len)
 
-        a.step = spy
+        a.update = spy
     trainer, seen = make_trainer(agents, "comas", **{"method.options": "{score_parser: fork, score_max_tokens: 4}"})
     result = trainer.step(0)
     batch, out = seen[0]

@@ -16,12 +16,13 @@ BAD_AGENT_YAML = "cohort:\n  name: mine\n  agents:\n    - {name: a0, family: gpt
 CASES: dict[str, tuple[list[str], dict[str, str], str]] = {
     "text-benchmark-in-micro": (["--set", "eval.benchmarks=[gsm8k]"], {}, "is not a micro benchmark"),
     "unknown-benchmark": (["--set", "eval.benchmarks=[gsm9k]"], {}, "eval.benchmarks"),
-    "output-dir-under-a-file": (["--set", "run.output_dir=afile/runs"], {"afile": "x"}, "run.output_dir"),
+    "output-dir-under-a-file": (["--set", "run.output_dir=afile/runs"], {"afile": "x"}, "cannot create results directory"),
     "cache-under-a-file": (["--set", "model.cache_dir=afile/cache"], {"afile": "x"}, "micro model cache"),
     "too-few-agents": (["--method", "corl", "--cohort", "single"], {}, "at least 2 agents"),
     "unknown-option": (["--set", "method.options={bogus: 1}"], {}, "method.options.bogus"),
     "unknown-family": (["cfg.yaml"], {"cfg.yaml": BAD_AGENT_YAML}, "gpt5-bpe"),
     "profile-nope": (["--set", "model.profile=paperx"], {}, "model.profile"),
+    "engine-not-registered": (["--set", "rollout.backend=vllm"], {}, "rollout.backend: unknown rollout engine"),
 }
 
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from corl_bench.method import AgentRewards, Method, RewardInput
-from corl_bench.registries import METHODS
-from corl_bench.eval.verifier import is_equivalent, plurality_vote
+from corl_bench.method import METHODS, AgentRewards, Method, RewardInput, is_equivalent, plurality_vote
 
 
 @dataclass(frozen=True)

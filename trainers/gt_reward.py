@@ -6,9 +6,7 @@ The same verifier as evaluation (``corl_bench.eval.verifier``); no format reward
 
 from __future__ import annotations
 
-from corl_bench.method import AgentRewards, Method, RewardInput
-from corl_bench.registries import METHODS
-from corl_bench.eval.verifier import is_equivalent
+from corl_bench.method import METHODS, AgentRewards, Method, RewardInput, is_equivalent
 
 
 @METHODS.register("gt-reward", aliases=("gt", "grpo"))

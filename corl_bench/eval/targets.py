@@ -10,8 +10,11 @@ Targets:
   family): predictions go to ``<out>/eval/final/<name>/`` with a ``run.json`` of method ``base``, so the model
   appears as a Base row in ``corl-bench table``.
 
-Each agent directory keeps ``eval_manifest.json``: per benchmark, its version and the decoding used. Resuming with
-different decoding is refused (the rows would mix protocols).
+Each agent directory keeps ``eval_manifest.json``: per benchmark, its version, the decoding, the sampling seed, the
+chunk size and the seed rule (:data:`corl_bench.eval.evaluator.SEED_RULE`). Resuming with any of them changed is
+refused (the rows would mix protocols or random streams). Predictions written before the one evaluation path
+(seed rule 1: no ``seed_rule`` in the manifest) drew other random numbers; they are refused too, with the fix
+(delete them or evaluate into another directory).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 from corl_bench.eval.specs import BenchmarkSpec, Decoding, get_spec
 from corl_bench.config import ConfigError
-from corl_bench.results import atomic_write_text, environment_record, now_iso, write_json
+from corl_bench.results import RunDir, atomic_write_text, environment_record, now_iso, write_json
 
 log = logging.getLogger(__name__)
 MANIFEST = "eval_manifest.json"
@@ -33,11 +36,11 @@ MANIFEST = "eval_manifest.json"
 def run_target(target: str) -> tuple[Path, str | None] | None:
     """``(run directory, agent or None)`` when ``target`` is a run directory or ``RUN_DIR:agent``; else None."""
     path = Path(target)
-    if (path / "run.json").is_file():
+    if RunDir(path).is_run():
         return path, None
     if ":" in target:
         run, agent = target.rsplit(":", 1)
-        if agent and (Path(run) / "run.json").is_file():
+        if agent and RunDir(run).is_run():
             return Path(run), agent
     return None
 
@@ -62,19 +65,18 @@ def targets(target: str, phase: str, out: Path | None) -> list[tuple[str, str, P
     path = Path(target)
     run = run_target(target)
     if run is not None:
-        path = run[0]
-        info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        path, rd = run[0], RunDir(run[0])
         found = []
-        for agent in select_agents(path, info, run[1]):
-            ref = (str(path / "checkpoints" / "final" / agent["name"]) if phase == "final" else agent["family"])
+        for agent in select_agents(path, rd.info(), run[1]):
+            ref = (str(rd.final_checkpoint(agent["name"])) if phase == "final" else agent["family"])
             if phase == "final" and not Path(ref).is_dir():
                 raise ConfigError(f"{path}: agent {agent['name']} has no final checkpoint ({ref}); was the run "
                                   "finished with run.save_checkpoints?")
-            found.append((agent["name"], ref, path / "eval" / phase / agent["name"]))
+            found.append((agent["name"], ref, rd.eval_dir(phase, agent["name"])))
         return found
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.name if path.exists() else target).strip("-") or "model"
     root = out or Path("results") / "evals" / name
-    return [(name, target, root / "eval" / "final" / name)]
+    return [(name, target, RunDir(root).eval_dir("final", name))]
 
 
 def _write_base_run(root: Path, name: str, ref: str, seed: int) -> None:
@@ -88,18 +90,36 @@ def _write_base_run(root: Path, name: str, ref: str, seed: int) -> None:
                            "agents": [{"name": name, "family": ref}], "phases": ["final"]})
 
 
-def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: str, engine: str) -> None:
+def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: str, engine: str, *,
+                   seed: int | None = None, chunk: int | None = None) -> None:
+    """Record the protocol of ``<agent_dir>/<benchmark>.jsonl`` in ``eval_manifest.json``; a one-line ConfigError
+    when predictions already there were made under another one. Our engine (resumable: new rows join old ones)
+    also records the seed rule, and ``seed`` and ``chunk`` when given (they decide every chunk's random numbers).
+    With no predictions in the file (deleted, or never written) the old entry is simply replaced."""
+    from corl_bench.eval.evaluator import SEED_RULE
+    from corl_bench.results import read_complete_rows
+
     path = agent_dir / MANIFEST
     manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     entry = {"version": spec.version, "decoding": json.loads(json.dumps(dec.__dict__, default=list)),
              "prompt": spec.prompt, "chat_template": spec.chat_template, "extractor": spec.extractor,
              "grader": spec.grader, "engine": engine, "model": model}
+    if engine == "ours":
+        entry["seed_rule"] = SEED_RULE
+        entry.update({k: v for k, v in (("seed", seed), ("chunk", chunk)) if v is not None})
     old = manifest.get(spec.name)
-    if old is not None:
+    preds = agent_dir / (spec.name + ".jsonl")
+    if old is not None and read_complete_rows(preds)[0]:
+        if old.get("engine") == engine == "ours" and old.get("seed_rule") != entry["seed_rule"]:
+            raise ConfigError(f"{preds} was made with sampling-seed rule {old.get('seed_rule', 1)}, this version uses "
+                              f"rule {SEED_RULE} (other random numbers); delete those predictions or evaluate into "
+                              "another directory (--out)")
         changed = sorted(k for k in entry if k != "model" and old.get(k) != entry[k])
         if changed:
-            raise ConfigError(f"{agent_dir / (spec.name + '.jsonl')} was made with a different {', '.join(changed)}; "
-                              "evaluate into another directory (--out) or delete those predictions")
+            was = ", ".join(f"{k}={old.get(k)!r}" for k in changed if k in ("seed", "chunk"))
+            raise ConfigError(f"{preds} was made with a different {', '.join(changed)}{f' ({was})' if was else ''}; "
+                              "evaluate into another directory (--out), delete those predictions, or resume with "
+                              "the same options")
     manifest[spec.name] = entry
     agent_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -110,10 +130,11 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
              overrides: dict[str, Any] | None = None, engine: str = "ours", code_timeout: float = 10.0,
              workers: int = 2, chunk: int = 32, report: Callable[[str], None] = log.info) -> dict[str, dict[str, Any]]:
     """Evaluate every target model on every benchmark; returns agent -> benchmark -> scores (as dicts)."""
-    from corl_bench.eval.items import build_items
     from corl_bench.eval.data import load_rows
-    from corl_bench.eval.evaluator import evaluate_spec, with_overrides
+    from corl_bench.eval.evaluator import evaluate, with_overrides
+    from corl_bench.eval.items import build_items
     from corl_bench.eval.models import load_model
+    from corl_bench.rollout import make_engine
 
     if phase not in ("final", "base"):
         raise ConfigError(f"--phase must be final or base (got {phase!r})")
@@ -134,17 +155,18 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
         if run_target(target) is None:
             _write_base_run(agent_dir.parent.parent.parent, name, ref, seed)
         model, tok = load_model(ref)
+        generate = make_engine("fast", model, tok).generate if engine == "ours" else None
         for spec in specs:
             dec = with_overrides(spec.decoding, **(overrides or {}))
-            check_manifest(agent_dir, spec, dec, ref, engine)
+            check_manifest(agent_dir, spec, dec, ref, engine, seed=seed, chunk=chunk)
             items = data[spec.name]
             path = agent_dir / f"{spec.name}.jsonl"
             if engine == "lm-eval":
                 from corl_bench.eval.lmeval_bridge import evaluate_with_lm_eval
                 scores = evaluate_with_lm_eval(model, tok, spec, items, out_path=path, decoding=dec, seed=seed)
             else:
-                scores = evaluate_spec(model, tok, spec, items, out_path=path, seed=seed, decoding=dec,
-                                       code_timeout=code_timeout, workers=workers, chunk=chunk)
+                scores = evaluate(generate, spec, items, out_path=path, seed=seed, decoding=dec, chunk=chunk,
+                                  tokenizer=tok, code_timeout=code_timeout, workers=workers)
             lo, hi = avg_ci(path, spec, {it.id for it in items})
             results.setdefault(name, {})[spec.name] = {**scores.__dict__, "avg_k_ci95": [lo, hi]}
             report(f"{name} {spec.key}: n={scores.n_problems} k={scores.k} avg@k={_pct(scores.avg_k)} "

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from corl_bench.config import ConfigError, ModelConfig
+from corl_bench.rollout.base import Request
 from corl_bench.micro.families import Family
 from corl_bench.micro.tasks import SUITE_VERSION, Problem, problem_stream, test_suite
 from corl_bench.micro.warmstart import render_prompt
@@ -86,7 +87,8 @@ def _check_creatable(path: Path, what: str, fix: str) -> None:
 
 
 class MicroProfile:
-    """Tiny models of different families and procedurally generated math (the embedded default)."""
+    """Tiny models of different families and procedurally generated math (the embedded default); implements
+    :class:`corl_bench.profile.Profile`."""
 
     name = "micro"
 
@@ -106,6 +108,16 @@ class MicroProfile:
     def checkpoint_dir(self, family: str) -> Path:
         fam = self.family(family)
         return self.cache_root / f"micro-v{CACHE_VERSION}" / f"{fam.name}-{fingerprint(fam)}"
+
+    @classmethod
+    def check_agent(cls, agent: Any) -> None:
+        """The agent's family must be a registered micro family."""
+        from corl_bench.registries import FAMILIES, RegistryError
+
+        try:
+            FAMILIES.get(agent.family)
+        except RegistryError as e:
+            raise ConfigError(f"cohort agent {agent.name!r} family: {e}") from None
 
     def check_writable(self, families: list[str]) -> None:
         """One-line ConfigError if checkpoints must be built and the cache cannot be created (nothing is written)."""
@@ -142,6 +154,10 @@ class MicroProfile:
                                    f"to retry")
         return {f: self.checkpoint_dir(f) for f in families}
 
+    def prepare(self, families: list[str], progress: ProgressFn | None = None) -> dict[str, Path]:
+        """:meth:`ensure_checkpoints` (the Profile protocol's name)."""
+        return self.ensure_checkpoints(families, progress)
+
     def load(self, family: str) -> tuple[Any, Any]:
         """Load a cached checkpoint (model in eval mode, left-padding tokenizer)."""
         from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -158,8 +174,8 @@ class MicroProfile:
         """The unlabeled training stream; identical for every agent of a run (same data seed)."""
         return problem_stream(seed, prefix="train")
 
-    def render(self, problem: Problem, view: str) -> str:
-        return render_prompt(problem.text(view))
+    def render(self, problem: Problem, view: str) -> Request:
+        return Request(text=render_prompt(problem.text(view)))
 
     @staticmethod
     def check_benchmark(name: str, spec: dict[str, Any]) -> None:

@@ -1,2 +1,15 @@
 """Reporting: paper-style tables, plots, the HTML report, the seed study, the error-overlap probe and controls.
-Reads run directories through :mod:`corl_bench.results`; imports nothing from :mod:`corl_bench.train`."""
+
+Reads run directories only through :class:`corl_bench.results.RunDir`; imports nothing from :mod:`corl_bench.train`.
+Imports point one way (tests/test_architecture_on_cpu.py)::
+
+    collect (read runs, regrade)   methods (how methods describe themselves)   reference (the paper's numbers)
+        ^                               ^                                           ^
+        +------------- layout (blocks, rows, marks, footer) ------------------------+
+                          ^
+                       render (md, LaTeX, CSV, HTML, rich)
+                          ^
+                       table (``corl-bench table``)  <-  html (``corl-bench report``, with plots)
+
+study, plots and probe read through collect / results; overlap and controls are pure functions of prediction rows.
+"""

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from corl_bench.results import atomic_write_text, read_jsonl
-from corl_bench.report.table import rel_path
+from corl_bench.report.collect import rel_path
+from corl_bench.results import RunDir, atomic_write_text, find_runs
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _img(png: bytes, alt: str) -> str:
 
 def find_run_dirs(results_dir: Path) -> list[Path]:
     """Every directory under ``results_dir`` (itself included) holding a run.json, sorted."""
-    return sorted({p.parent for p in Path(results_dir).rglob("run.json") if p.is_file()})
+    return [run.path for run in find_runs(results_dir)]
 
 
 def _tables_html(collected: Any) -> str:
@@ -82,10 +82,10 @@ def _tables_html(collected: Any) -> str:
 
 def sample_rows(run_dir: Path, agent: str, n: int) -> list[dict[str, Any]]:
     """Up to ``n`` logged samples of ``agent`` from its last logged step in ``run_dir/samples.jsonl`` ([] if none)."""
-    path = Path(run_dir) / "samples.jsonl"
-    if n <= 0 or not path.is_file():
+    run = RunDir(run_dir)
+    if n <= 0 or not run.samples_path.is_file():
         return []
-    rows = [r for r in read_jsonl(path, ValueError, str(path)) if r.get("agent") == agent]
+    rows = [r for r in run.samples() if r.get("agent") == agent]
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
     if not steps:
         return rows[:n]
@@ -166,7 +166,7 @@ def _version() -> str:
 def render_report(results_dir: str | Path, *, samples_per_agent: int = 3, title: str = "") -> str:
     """The report page of every run under ``results_dir`` as an HTML string; ReportError if there is no run."""
     from corl_bench.results import git_commit
-    from corl_bench.report.table import aggregate, collect_results
+    from corl_bench.report.collect import aggregate, collect_results
 
     root = Path(results_dir)
     if not root.is_dir():

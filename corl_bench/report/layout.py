@@ -3,18 +3,22 @@
 Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
 
 * :func:`build` ``(source, *, metrics=("avg_k",), reference=None, backbone=None) -> PaperTable`` - ``source`` is
-  a results directory or a :class:`corl_bench.report.table.Collected`; every number is recomputed from stored predictions.
-* :data:`ROW_LABELS` - (method, cohort) -> row label, in row order (``"*"`` = any cohort).
+  a results directory or a :class:`corl_bench.report.collect.Collected`; every number is recomputed from stored
+  predictions.
+* :func:`corl_bench.report.methods.row_labels` - (method, cohort) -> row label, in row order, as the methods
+  declare them (``ROW_LABELS`` here is the same, kept for one release).
 * :func:`fmt_pct`, :func:`fmt_signed`, :func:`cell_text` - the display precision that marks are computed at.
 
 Rules: one :class:`Block` per agent family. A block starts with Base (the base-phase evaluation of that family,
-per seed from the block's runs in row order), then the rows of :data:`ROW_LABELS`, then unknown (method, cohort)
-pairs by name. Single-agent methods train every agent of a cohort on its own, so each of their agents lands in the
-block of its family; a (label, family, seed) found in two cohorts is kept once (cohort ``single`` first, then by
-cohort name) with a warning. A multi-agent run with several agents of one family gives one row per agent. Tagged
-runs (run.json ``tag``) get their own row right after the untagged one. Marks: per column, the best label-free mean
-is bold ("b"), the second underlined ("u"), compared at display precision (ties share); Base, GT-Reward, controls
-(Random reward), tagged rows and paper rows are not ranked.
+per seed from the block's runs in row order), then one row per (method, cohort) in the order the methods declare
+(``table_order``, then the order of their ``cohort_labels``), labelled ``Method.row_label(cohort)``; methods this
+installation cannot describe come last under their raw name (:mod:`corl_bench.report.methods`). Methods with
+``independent_agents`` train every agent of a cohort on its own, so each of their agents lands in the block of its
+family; a (label, family, seed) found in two cohorts is kept once (cohort ``single`` first, then by cohort name)
+with a warning. A multi-agent run with several agents of one family gives one row per agent. Tagged runs
+(run.json ``tag``) get their own row right after the untagged one. Marks: per column, the best label-free mean is
+bold ("b"), the second underlined ("u"), compared at display precision (ties share); Base, methods of kind
+uses-labels (GT-Reward) or control (Random reward), unknown methods, tagged rows and paper rows are not ranked.
 """
 
 from __future__ import annotations
@@ -25,39 +29,33 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from corl_bench.report import methods as method_views
 from corl_bench.report import reference as ref
-from corl_bench.report.table import (METRIC_LABELS, AgentResult, Collected, RunInfo, check_metrics, collect_results,
-                              natural_key)
+from corl_bench.report.collect import (METRIC_LABELS, AgentResult, Collected, RunInfo, check_metrics, collect_results,
+                                       natural_key)
+from corl_bench.report.methods import ANY, UNKNOWN, MethodView
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ANY", "BASE_LABEL", "CONTROL_LABELS", "REFERENCE_LABELS", "ROW_LABELS", "SINGLE_AGENT_METHODS",
-           "Block", "Column", "PaperTable", "Stat", "TableRow", "build", "cell_text", "check_reference",
-           "fmt_pct", "fmt_signed"]
+__all__ = ["ANY", "BASE_LABEL", "Block", "Column", "PaperTable", "Stat", "TableRow", "build", "cell_text",
+           "check_reference", "fmt_pct", "fmt_signed"]
 
-ANY = "*"
-#: (method, cohort) -> row label; the dict's order is the row order (the paper's rows first). ``"*"``: any cohort.
-ROW_LABELS: dict[tuple[str, str], str] = {
-    ("gt-reward", ANY): "GT-Reward",
-    ("ttrl", ANY): "TTRL",
-    ("rent", ANY): "RENT",
-    ("intuitor", ANY): "Intuitor",
-    ("co-rewarding-ii", ANY): "Co-rewarding-II",
-    ("corl", "same-family"): "Co-RL (same family)",
-    ("corl", "cross-family"): "Co-RL (cross-family)",
-    ("corl", "cross-family-rephrased"): "Co-RL (cross-family+)",
-    ("corl", "three-agent"): "Co-RL (three agents)",
-    ("corl-peer-majority", ANY): "Co-RL peer-majority",
-    ("comas", ANY): "CoMAS",
-    ("random-reward", ANY): "Random reward",
-}
 BASE_LABEL = "Base"
-REFERENCE_LABELS = frozenset({"GT-Reward"})  # use labels: shown for reference, never ranked
-CONTROL_LABELS = frozenset({"Random reward"})  # controls: never ranked
-#: Methods that train each agent of a cohort independently (their cohort only says which models to train).
-SINGLE_AGENT_METHODS = frozenset({"gt-reward", "ttrl", "rent", "intuitor", "co-rewarding-ii", "random-reward"})
 PREFERRED_COHORT = "single"
 MISSING = "–"
+
+
+def __getattr__(name: str) -> Any:
+    """The constants this module had before methods described themselves, now derived from the registered methods
+    on each access (kept for one release): ROW_LABELS, REFERENCE_LABELS, CONTROL_LABELS, SINGLE_AGENT_METHODS."""
+    if name == "ROW_LABELS":
+        return method_views.row_labels()
+    if name in ("REFERENCE_LABELS", "CONTROL_LABELS"):
+        refs, controls = method_views.unranked_labels()
+        return frozenset(refs if name == "REFERENCE_LABELS" else controls)
+    if name == "SINGLE_AGENT_METHODS":
+        return frozenset(v.name for v in method_views.registered() if v.independent)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,8 @@ class Column:
 
 @dataclass(frozen=True)
 class TableRow:
-    """One displayed row. ``kind``: base, reference, label-free, control or paper."""
+    """One displayed row. ``kind``: base, reference (uses labels), label-free, control, unknown (a method not
+    described here) or paper; only label-free rows are ranked."""
 
     label: str
     kind: str
@@ -157,29 +156,24 @@ def check_reference(reference: Optional[str], backbone: Optional[str], path: Opt
 
 
 # ------------------------------------------------------------------------------------------ rows and blocks
-def _label(method: str, cohort: str, multi_cohort: set[str]) -> tuple[int, str]:
-    """(order index, base label) of a (method, cohort)."""
-    for i, ((m, c), label) in enumerate(ROW_LABELS.items()):
-        if m == method and c == cohort:
-            return i, label
-    for i, ((m, c), label) in enumerate(ROW_LABELS.items()):
-        if m == method and c == ANY:
-            return i, f"{label} ({cohort})" if method in multi_cohort else label
-    return len(ROW_LABELS), f"{method} ({cohort})"
-
-
-def _is_wildcard(method: str, cohort: str) -> bool:
-    return (method, cohort) not in ROW_LABELS and (method, ANY) in ROW_LABELS
+def _label(view: MethodView, cohort: str, multi_cohort: set[str]) -> tuple[tuple[int, int], str]:
+    """(order key, base label) of a (method, cohort): ``Method.row_label(cohort)``, plus the cohort for a method
+    with one label that ran in several cohorts with agents that train together."""
+    order, label = view.row(cohort)
+    if view.name in multi_cohort:
+        label = f"{label} ({cohort})"
+    return order, label
 
 
 @dataclass(frozen=True)
 class _Group:
     family: str
-    order: int
+    order: tuple[int, int]
     label: str  # base label (no agent, no tag)
     agent: str  # "" unless one row per agent
     tag: str
     members: tuple[AgentResult, ...]  # one per seed, sorted by seed
+    kind: str = "label-free"  # the method's kind (corl_bench.method.Method.method_kind, or UNKNOWN)
 
     @property
     def sort_key(self) -> tuple[Any, ...]:
@@ -196,19 +190,25 @@ def _who(result: AgentResult) -> str:
 
 def _groups(results: Sequence[AgentResult], warnings: list[str]) -> list[_Group]:
     """Results grouped into display rows, one member per seed (duplicates dropped with a warning)."""
+    views = {m: method_views.describe(m) for m in sorted({r.method for r in results})}
+    for view in views.values():
+        if not view.known:
+            warnings.append(method_views.unknown_warning(
+                view, sorted({r.run_id for r in results if r.method == view.name})))
     wild: dict[str, set[str]] = {}
     for r in results:
-        if r.method not in SINGLE_AGENT_METHODS and _is_wildcard(r.method, r.cohort):
+        view = views[r.method]
+        if view.known and not view.independent and not view.per_cohort:
             wild.setdefault(r.method, set()).add(r.cohort)
     multi_cohort = {m for m, cohorts in wild.items() if len(cohorts) > 1}
     family_count: dict[tuple[str, str], int] = {}
     for r in results:
         family_count[(r.run_id, r.family)] = family_count.get((r.run_id, r.family), 0) + 1
     per_agent = {(r.method, r.cohort, r.tag, r.family) for r in results
-                 if r.method not in SINGLE_AGENT_METHODS and family_count[(r.run_id, r.family)] > 1}
-    buckets: dict[tuple[str, int, str, str, str], list[AgentResult]] = {}
+                 if not views[r.method].independent and family_count[(r.run_id, r.family)] > 1}
+    buckets: dict[tuple[str, tuple[int, int], str, str, str], list[AgentResult]] = {}
     for r in results:
-        order, label = _label(r.method, r.cohort, multi_cohort)
+        order, label = _label(views[r.method], r.cohort, multi_cohort)
         agent = r.agent if (r.method, r.cohort, r.tag, r.family) in per_agent else ""
         buckets.setdefault((r.family, order, label, agent, r.tag), []).append(r)
     groups = []
@@ -227,16 +227,18 @@ def _groups(results: Sequence[AgentResult], warnings: list[str]) -> list[_Group]
                 warnings.append(f"{family} / {name}: seed {seed} comes from {len(candidates)} places; kept "
                                 f"{_who(candidates[0])}, dropped {'; '.join(_who(c) for c in candidates[1:])} "
                                 f"({'identical' if same else 'different'} final scores)")
-        groups.append(_Group(family, order, label, agent, tag, tuple(kept)))
+        groups.append(_Group(family, order, label, agent, tag, tuple(kept), views[kept[0].method].kind))
     return sorted(groups, key=lambda g: g.sort_key)
 
 
 def _kind(group: _Group) -> str:
-    if group.label in REFERENCE_LABELS and not group.tag:
+    """The row kind: reference (uses labels, untagged), control (a control method, or any tagged row), unknown (a
+    method not described here) or label-free; only label-free rows are ranked."""
+    if group.kind == "uses-labels" and not group.tag:
         return "reference"
-    if group.label in CONTROL_LABELS or group.tag:
+    if group.kind == "control" or group.tag:
         return "control"
-    return "label-free"
+    return UNKNOWN if group.kind == UNKNOWN else "label-free"
 
 
 def _columns(metrics: Sequence[str], benchmarks: Sequence[str], results: Sequence[AgentResult]) -> list[Column]:
@@ -359,6 +361,20 @@ def _spec_info(bench: str) -> Optional[dict[str, Any]]:
         return None
 
 
+def _unranked_text(blocks: Sequence[Block]) -> str:
+    """"Base, GT-Reward (uses labels), Random reward (control) and tagged rows": what the marks skip, from the
+    registered methods' kinds (and the unknown methods shown, if any)."""
+    refs, controls = method_views.unranked_labels()
+    parts = [BASE_LABEL]
+    if refs:
+        parts.append(f"{', '.join(refs)} (uses labels)")
+    if controls:
+        parts.append(f"{', '.join(controls)} (control)")
+    if any(row.kind == UNKNOWN for b in blocks for row in b.rows):
+        parts.append("methods not registered here")
+    return ", ".join(parts) + " and tagged rows"
+
+
 def _footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[Block], runs: Sequence[RunInfo],
             warnings: list[str]) -> list[str]:
     first = METRIC_LABELS[metrics[0]]
@@ -367,7 +383,7 @@ def _footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[
     lines = [f"Values: {names} in percent{groups}, mean ± sample sd over seeds (n = seeds); "
              f"Avg = mean of {first} over the {len(benchmarks)} benchmark(s); Δ = Avg − Base Avg.",
              "Bold = best label-free mean in a column, underline = second (compared at display precision, ties "
-             "share a mark); Base, GT-Reward (uses labels), Random reward (control) and tagged rows are not ranked."]
+             f"share a mark); {_unranked_text(blocks)} are not ranked."]
     used = {rid for b in blocks for row in b.rows for rid in row.run_ids}
     runs = [r for r in runs if r.run_id in used]
     decodings: dict[Optional[tuple[tuple[str, Any], ...]], list[str]] = {}

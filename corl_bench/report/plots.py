@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from corl_bench.results import read_jsonl
+from corl_bench.results import RunDir, atomic_write_bytes, read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -107,14 +107,16 @@ class RunInfo:
 
 def read_run(run_dir: str | Path) -> RunInfo:
     """Parse ``run_dir/run.json``; RunPlotError if it is missing or not a run description."""
-    run_dir = Path(run_dir)
-    path = run_dir / "run.json"
+    run = RunDir(run_dir)
+    run_dir, path = run.path, run.info_path
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = run.info()
     except FileNotFoundError:
         raise RunPlotError(f"{run_dir} has no run.json; pass a run directory (results/runs/<run_id>)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunPlotError(f"{path} is not readable JSON ({exc}); the run is damaged, re-run it") from None
+    except ValueError:  # valid JSON, not an object
+        meta = None
     if not isinstance(meta, dict) or not isinstance(meta.get("method"), str) or not isinstance(meta.get("cohort"), str):
         raise RunPlotError(f"{path} lacks 'method' or 'cohort'; the run is damaged, re-run it")
     agents = meta.get("agents")
@@ -129,10 +131,10 @@ def read_run(run_dir: str | Path) -> RunInfo:
 
 def _load_metrics(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]] | None:
     """agent -> step -> metrics row (the last row wins when a resumed run logged a step twice); None if absent."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
+    run = RunDir(run_dir)
+    if not run.metrics_path.is_file():
         return None
-    rows = read_jsonl(path, RunPlotError, str(path))
+    rows = run.metrics(error=RunPlotError)
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for row in rows:
         step, agent = row.get("step"), row.get("agent")
@@ -187,26 +189,25 @@ def eval_points(info: RunInfo, warnings: list[str] | None = None) -> dict[str, d
     ``final`` sits at run.json's ``steps`` (or one past the last evaluated step when ``steps`` is missing).
     An unreadable predictions file is left out and described in ``warnings``.
     """
-    eval_dir = info.run_dir / "eval"
+    run = RunDir(info.run_dir)
     out: dict[str, dict[str, list[tuple[int, dict]]]] = {}
-    if not eval_dir.is_dir():
-        return out
-    phases = sorted(p for p in eval_dir.iterdir() if p.is_dir())
-    known = [phase_step(p.name, None) for p in phases]
+    phases = run.phases()
+    known = [phase_step(p, None) for p in phases]
     steps = info.steps if info.steps is not None else max([s for s in known if s is not None] + [0]) + 1
-    for phase_dir in phases:
-        x = phase_step(phase_dir.name, steps)
+    for phase in phases:
+        x = phase_step(phase, steps)
         if x is None:
-            logger.info("%s: unknown evaluation phase %r ignored", info.run_dir, phase_dir.name)
+            logger.info("%s: unknown evaluation phase %r ignored", info.run_dir, phase)
             continue
-        for path in sorted(phase_dir.glob("*/*.jsonl")):
-            try:
-                scores = score_file(path)
-            except (RunPlotError, OSError) as exc:
-                (warnings if warnings is not None else []).append(str(exc))
-                logger.warning("%s", exc)
-                continue
-            out.setdefault(path.stem, {}).setdefault(path.parent.name, []).append((x, scores))
+        for agent in run.evaluated_agents(phase):
+            for bench in run.benchmarks(phase, agent):
+                try:
+                    scores = score_file(run.predictions_path(phase, agent, bench))
+                except (RunPlotError, OSError) as exc:
+                    (warnings if warnings is not None else []).append(str(exc))
+                    logger.warning("%s", exc)
+                    continue
+                out.setdefault(bench, {}).setdefault(agent, []).append((x, scores))
     for per_agent in out.values():
         for points in per_agent.values():
             points.sort(key=lambda p: p[0])
@@ -414,8 +415,7 @@ def plot_run(run_dir: str | Path, out_dir: str | Path) -> Path:
     """
     data = run_png(run_dir)
     out = Path(out_dir) / f"{Path(run_dir).resolve().name}.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
+    atomic_write_bytes(out, data)
     return out
 
 
@@ -484,7 +484,7 @@ def _method_colors(bars: Sequence[_Bar]) -> dict[str, Any]:
 
 def _rows(source: RowsOrDir) -> list[Any]:
     if isinstance(source, (str, Path)):
-        from corl_bench.report.table import collect
+        from corl_bench.report.collect import collect
 
         rows, warnings = collect(Path(source))
         for warning in warnings:
@@ -570,6 +570,5 @@ def plot_gains(results_dir_or_rows: RowsOrDir, out_path: str | Path, *, metric: 
     """
     data = gains_png(results_dir_or_rows, metric=metric, title=title)
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
+    atomic_write_bytes(out, data)
     return out

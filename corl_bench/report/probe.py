@@ -29,7 +29,7 @@ from corl_bench.eval.specs import BenchmarkSpec, Decoding, get_spec
 from corl_bench.config import ConfigError
 from corl_bench.report.overlap import DEFINITIONS, Equivalence, Outcome, Overlap, markdown, outcomes_from_rows, pct, \
     probe_pairs
-from corl_bench.results import atomic_write_text, now_iso, read_jsonl, write_json
+from corl_bench.results import EVAL_MANIFEST, RunDir, atomic_write_text, now_iso, read_jsonl, write_json
 
 log = logging.getLogger(__name__)
 IDENTITY = "probe_model.json"
@@ -111,12 +111,10 @@ def resolve_models(args: Sequence[str], *, phase: str = "base", seed: int = 0) -
 
 def _seed_offsets(run: Path) -> dict[str, int]:
     """agent name -> its cohort ``seed_offset`` (config.yaml), so a run's agents keep their distinct sampling seeds."""
-    path = run / "config.yaml"
-    if not path.is_file():
+    rd = RunDir(run)
+    if not rd.config_path.is_file():
         return {}
-    import yaml
-
-    agents = ((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("cohort") or {}).get("agents") or []
+    agents = (rd.config().get("cohort") or {}).get("agents") or []
     return {str(a["name"]): int(a.get("seed_offset") or 0) for a in agents if isinstance(a, dict) and "name" in a}
 
 
@@ -144,10 +142,10 @@ def _sources(arg: str, phase: str, benchmark: str) -> list[tuple[str, str, Path]
         raise ConfigError(f"{arg}: a MODEL@SEED pair needs generation; drop --from-predictions")
     run = run_target(arg)
     if run is not None:
-        info = json.loads((run[0] / "run.json").read_text(encoding="utf-8"))
+        rd = RunDir(run[0])
         found = []
-        for agent in select_agents(run[0], info, run[1]):
-            path = run[0] / "eval" / phase / agent["name"] / f"{benchmark}.jsonl"
+        for agent in select_agents(run[0], rd.info(), run[1]):
+            path = rd.predictions_path(phase, agent["name"], benchmark)
             if not path.is_file():
                 raise ConfigError(f"{path} does not exist; was {benchmark} evaluated in the {phase} phase of "
                                   f"{run[0]}? (--phase base|final, --benchmark)")
@@ -166,16 +164,15 @@ def _sources(arg: str, phase: str, benchmark: str) -> list[tuple[str, str, Path]
 def recorded_decoding(path: Path, benchmark: str) -> Optional[dict[str, Any]]:
     """The decoding a predictions file was made with, where recorded (its eval manifest, else the run's
     config.yaml ``eval`` section); None if unknown."""
-    manifest = path.parent / "eval_manifest.json"
+    manifest = path.parent / EVAL_MANIFEST  # predictions of a run or of `corl-bench eval`: eval/<phase>/<agent>/
     if manifest.is_file():
         entry = json.loads(manifest.read_text(encoding="utf-8")).get(benchmark)
         if entry and entry.get("decoding"):
             return dict(entry["decoding"])
     for parent in path.parents[:4]:
-        if (parent / "run.json").is_file() and (parent / "config.yaml").is_file():
-            import yaml
-
-            ev = (yaml.safe_load((parent / "config.yaml").read_text(encoding="utf-8")) or {}).get("eval") or {}
+        run = RunDir(parent)
+        if run.is_run() and run.config_path.is_file():
+            ev = run.config().get("eval") or {}
             return {k: ev[k] for k in ("greedy", "samples", "temperature", "max_new_tokens") if k in ev}
     return None
 

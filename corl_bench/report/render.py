@@ -27,8 +27,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from corl_bench.report.reference import PAPER_PROTOCOL, PaperBlock
+from corl_bench.console import print_wide
 from corl_bench.report.layout import MISSING, PaperTable, cell_text, fmt_signed
+from corl_bench.report.reference import PAPER_PROTOCOL, PaperBlock
 
 __all__ = ["FORMAT_SUFFIXES", "Grid", "print_rich", "render_text", "to_csv", "to_html", "to_latex",
            "to_markdown", "to_rich"]
@@ -51,7 +52,7 @@ class Cell:
 @dataclass(frozen=True)
 class GridRow:
     cells: tuple[Cell, ...]
-    kind: str = ""  # base, reference, label-free, control, paper
+    kind: str = ""  # base, reference, label-free, control, unknown, paper
 
 
 @dataclass(frozen=True)
@@ -285,8 +286,6 @@ def to_rich(table: PaperTable) -> Table:
 
 def print_rich(console: Console, table: PaperTable) -> None:
     """Print the rich table at its natural width, then the notes, the footer and any paper tables shown alone."""
-    from corl_bench.report.table import print_wide
-
     for grid in _grids(table):
         print_wide(console, _grid_rich(grid))
         for line in grid.footer:

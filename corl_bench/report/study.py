@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from corl_bench.eval.metrics import score_predictions
-from corl_bench.results import read_json, read_jsonl
+from corl_bench.report.collect import row_grader_for
+from corl_bench.results import RunDir, find_runs
 
 log = logging.getLogger(__name__)
 
@@ -78,39 +79,32 @@ def _mean_of(per_bench: Iterable[dict[str, Optional[float]]]) -> dict[str, float
     return out
 
 
-def _phase(run_dir: Path, phase: str, agent: str) -> dict[str, float]:
-    from corl_bench.report.table import row_grader_for
-
-    folder = run_dir / "eval" / phase / agent
-    if not folder.is_dir():
-        return {}
+def _phase(run: RunDir, phase: str, agent: str) -> dict[str, float]:
     per_bench = []
-    for path in sorted(folder.glob("*.jsonl")):
-        rows = read_jsonl(path)
+    for bench in run.benchmarks(phase, agent):
+        rows = run.predictions(phase, agent, bench)
         if rows:
-            per_bench.append(score_predictions(rows, row_grader_for(path.stem)).metrics())
+            per_bench.append(score_predictions(rows, row_grader_for(bench)).metrics())
     return _mean_of(per_bench) if per_bench else {}
 
 
 def load_agent_scores(results_dir: Path) -> tuple[list[AgentScores], list[str]]:
     """Every agent of every finished run under ``results_dir``, and one-line warnings for runs skipped."""
-    from corl_bench.report.table import find_runs
-
     out, warnings = [], []
-    for run_dir in find_runs(Path(results_dir)):
+    for run in find_runs(Path(results_dir)):
         try:
-            info = read_json(run_dir / "run.json")
+            info = run.info()
             if info.get("status") != "finished":
-                warnings.append(f"{run_dir.name}: status {info.get('status')!r}; not used")
+                warnings.append(f"{run.name}: status {info.get('status')!r}; not used")
                 continue
             for agent in info["agents"]:
-                final = _phase(run_dir, "final", agent["name"])
+                final = _phase(run, "final", agent["name"])
                 if final:
                     out.append(AgentScores(info["method"], info["cohort"], str(info.get("tag") or ""),
                                            agent["name"], str(agent.get("family", "")), int(info["seed"]), final,
-                                           _phase(run_dir, "base", agent["name"])))
+                                           _phase(run, "base", agent["name"])))
         except (OSError, ValueError, KeyError, TypeError) as e:
-            warnings.append(f"{run_dir.name}: unreadable ({type(e).__name__}: {e}); skipped")
+            warnings.append(f"{run.name}: unreadable ({type(e).__name__}: {e}); skipped")
     return out, warnings
 
 

@@ -1,24 +1,29 @@
-"""Rollout engines behind one small interface: a batch of prompts in, completions with token ids and logprobs out.
+"""Rollout engines behind one protocol (:class:`RolloutEngine`): requests in, completions with token ids and
+log-probs out, and a weight-sync hook called after every update.
 
-Methods never call an engine; agents do. Backends: ``hf`` (transformers ``generate`` with KV cache). A vLLM backend
-slots in by implementing :class:`RolloutEngine` and registering in :func:`make_engine`.
+Methods never call an engine; agents do. Engines are registered in :data:`corl_bench.registries.ENGINES`
+(``hf``: transformers ``generate``; ``fast``: shared prefill, finished rows dropped, an in-place KV cache). A new
+backend is one class registered there, or in the ``corl_bench.engines`` entry-point group of a plugin package.
 """
 
 from __future__ import annotations
 
-from corl_bench.rollout.base import Completion, RolloutEngine, SamplingParams
+from typing import Any
+
+from corl_bench.rollout.base import (Completion, InProcessEngine, Prompt, Request, RolloutEngine, SamplingParams,
+                                     as_request, as_requests, prompt_text)
 
 
-def make_engine(backend: str, model, tokenizer, **kwargs) -> RolloutEngine:
-    if backend == "hf":
-        from corl_bench.rollout.hf import HFEngine
+def make_engine(backend: str, model: Any, tokenizer: Any, **kwargs: Any) -> RolloutEngine:
+    """The registered engine ``backend`` built for ``model`` (``kwargs``: the engine's own options)."""
+    from corl_bench.registries import ENGINES, RegistryError
 
-        return HFEngine(model, tokenizer, **kwargs)
-    if backend == "fast":
-        from corl_bench.rollout.fast import FastEngine
+    try:
+        cls = ENGINES.get(backend)
+    except RegistryError as e:
+        raise ValueError(f"rollout.backend: {e}") from None
+    return cls(model, tokenizer, **kwargs)
 
-        return FastEngine(model, tokenizer, **kwargs)
-    raise ValueError(f"unknown rollout backend {backend!r}; valid: hf, fast")
 
-
-__all__ = ["Completion", "RolloutEngine", "SamplingParams", "make_engine"]
+__all__ = ["Completion", "InProcessEngine", "Prompt", "Request", "RolloutEngine", "SamplingParams", "as_request",
+           "as_requests", "make_engine", "prompt_text"]

@@ -1,9 +1,52 @@
-"""The rollout interface shared by every backend."""
+"""The rollout interface every engine implements: requests in, completions with token ids and log-probs out.
+
+:class:`Request` is the one prompt type of the project (engines, agents, profiles, methods): rendered text *or*
+token ids, plus optional images for vision-language models. Everything here is plain, picklable data, so an engine
+or the agent that owns it can live in another process.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, ClassVar, Protocol, Sequence, Union, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a model is asked: the rendered prompt as ``text`` or as ``token_ids`` (exactly one), and ``images``
+    (PIL images or paths, in the order the prompt refers to them; empty for text models)."""
+
+    text: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    images: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.token_ids is None):
+            raise ValueError("a Request needs exactly one of text or token_ids")
+        if self.token_ids is not None and not isinstance(self.token_ids, tuple):
+            object.__setattr__(self, "token_ids", tuple(self.token_ids))
+        if not isinstance(self.images, tuple):
+            object.__setattr__(self, "images", tuple(self.images))
+
+    def __str__(self) -> str:
+        return self.text if self.text is not None else f"<{len(self.token_ids or ())} token ids>"
+
+
+Prompt = Union[Request, str]
+"""What engines and agents accept: a :class:`Request`, or plain text (taken as ``Request(text=...)``)."""
+
+
+def as_request(prompt: Prompt) -> Request:
+    return prompt if isinstance(prompt, Request) else Request(text=str(prompt))
+
+
+def as_requests(prompts: Sequence[Prompt]) -> list[Request]:
+    return [as_request(p) for p in prompts]
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """The text of a prompt for logs and prediction rows (token-id requests have none: a placeholder)."""
+    return str(prompt)
 
 
 @dataclass(frozen=True)
@@ -43,7 +86,56 @@ class Completion:
     """False when the completion hit max_new_tokens without EOS (a clipped generation)"""
 
 
+@runtime_checkable
 class RolloutEngine(Protocol):
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
-        """Completions for every prompt: result[p] has params.n completions of prompts[p]."""
+    """A rollout backend, registered in :data:`corl_bench.registries.ENGINES` under the name ``rollout.backend``
+    takes (``hf``, ``fast``; a plugin registers through the ``corl_bench.engines`` entry-point group).
+
+    ``Engine(model, tokenizer, **options)`` builds it for one agent's policy. The agent calls :meth:`sync_weights`
+    after every update of ``model``: engines that read the live module (``hf``, ``fast``) do nothing there; an
+    engine holding its own copy of the weights (vLLM) loads the new ones.
+    """
+
+    supports_images: ClassVar[bool]
+
+    def generate(self, requests: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """Completions for every request: result[p] has params.n completions of requests[p]."""
         ...
+
+    def sync_weights(self, model: Any) -> None:
+        """Called after every optimiser (or EMA) update of ``model``, before the next generate."""
+        ...
+
+
+class InProcessEngine:
+    """Base of engines that generate with the agent's own ``transformers`` module: nothing to sync."""
+
+    supports_images: ClassVar[bool] = False
+
+    def sync_weights(self, model: Any) -> None:  # the engine reads the live module
+        return None
+
+    def encode(self, requests: Sequence[Prompt], device: Any) -> dict[str, Any]:
+        """Left-padded ``input_ids`` and ``attention_mask`` (B, L) of a batch of requests on ``device``.
+
+        Text requests are tokenized together exactly as ``tokenizer(texts, padding=True)`` does; token-id requests
+        are left-padded with the pad token. Images are refused by engines without an image path.
+        """
+        import torch
+
+        reqs = as_requests(requests)
+        if any(r.images for r in reqs) and not self.supports_images:
+            raise ValueError(f"the {type(self).__name__} engine has no image input; use a vision-language engine")
+        tok = self.tokenizer  # type: ignore[attr-defined]
+        if all(r.text is not None for r in reqs):
+            enc = tok([r.text for r in reqs], return_tensors="pt", padding=True)
+            return {k: v.to(device) for k, v in enc.items()}
+        rows = [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+        att = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+                att[i, width - len(r):] = 1
+        return {"input_ids": ids.to(device), "attention_mask": att.to(device)}

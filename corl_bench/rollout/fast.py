@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-from corl_bench.rollout.base import Completion, SamplingParams
+from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, SamplingParams
 from corl_bench.rollout.kvcache import growing_cache
 
 _TOPK = 256
@@ -61,7 +61,7 @@ def _sample(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return out
 
 
-class FastEngine:
+class FastEngine(InProcessEngine):
     """Rollouts with shared prefill and batch compaction (same interface as ``HFEngine``)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, grow_cache: bool = True) -> None:
@@ -80,7 +80,7 @@ class FastEngine:
         self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         was_training = self.model.training
         self.model.eval()
         per_chunk = max(1, self.max_batch // params.n)
@@ -94,18 +94,18 @@ class FastEngine:
             self.model.train(was_training)
         return out
 
-    def _generate_chunk(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+    def _generate_chunk(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
         tok, n = self.tokenizer, params.n
         device = next(self.model.parameters()).device
-        enc = tok(prompts, return_tensors="pt", padding=True)
-        att = enc["attention_mask"].to(device)
+        enc = self.encode(prompts, device)
+        att = enc["attention_mask"]
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         extra = dict(self._last_only)
         cache = growing_cache(self.model, reserve=_RESERVE, limit=att.shape[1] + params.max_new_tokens) \
             if self.grow_cache else None
         if cache is not None:
             extra[self._cache_kw] = cache
-        res = self.model(input_ids=enc["input_ids"].to(device), attention_mask=att, position_ids=pos, use_cache=True,
+        res = self.model(input_ids=enc["input_ids"], attention_mask=att, position_ids=pos, use_cache=True,
                          **extra)
         cache, logits = getattr(res, self._cache_kw), res.logits[:, -1, :].float()
         if n > 1:  # the k samples of a prompt share its prefill

@@ -12,12 +12,12 @@ from typing import Any, Sequence
 
 import torch
 
-from corl_bench.rollout.base import Completion, SamplingParams
+from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, SamplingParams
 
 log = logging.getLogger(__name__)
 
 
-class HFEngine:
+class HFEngine(InProcessEngine):
     """Rollouts from an in-process ``transformers`` causal LM (CPU or one GPU)."""
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 512) -> None:
@@ -28,7 +28,7 @@ class HFEngine:
         self.max_batch = max_batch
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         flat = [p for p in prompts for _ in range(params.n)]
         out: list[Completion] = []
         was_training = self.model.training
@@ -42,11 +42,9 @@ class HFEngine:
             self.model.train(was_training)
         return [out[i * params.n: (i + 1) * params.n] for i in range(len(prompts))]
 
-    def _generate_batch(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+    def _generate_batch(self, prompts: list[Prompt], params: SamplingParams) -> list[Completion]:
         tok = self.tokenizer
-        enc = tok(prompts, return_tensors="pt", padding=True)
-        device = next(self.model.parameters()).device
-        enc = {k: v.to(device) for k, v in enc.items()}
+        enc = self.encode(prompts, next(self.model.parameters()).device)
         kwargs: dict[str, Any] = dict(max_new_tokens=params.max_new_tokens, pad_token_id=tok.pad_token_id,
                                       eos_token_id=tok.eos_token_id, return_dict_in_generate=True,
                                       output_logits=params.logprobs)

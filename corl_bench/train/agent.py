@@ -1,8 +1,20 @@
-"""An agent: one model with its own tokenizer, optimizer, optional reference and sampling seed.
+"""An agent: one model with its own tokenizer, optimizer, rollout engine, auxiliary models and sampling seed.
 
-The boundary is deliberately narrow — generate, forward/step (update), save — so an agent can later live in its own process (or a
-Ray actor with its own GPUs) without any method changing. Agents never share parameters or gradients; Co-RL agents
-exchange extracted answers only, and that exchange happens in the method, above this layer.
+The controller talks to an agent only through calls whose arguments and results are plain, picklable data, so an
+agent can live in another process (a Ray actor owning its own GPUs) without any method or the trainer changing:
+
+    generate(requests, params, model="policy") -> [[Completion]]   rollouts of the policy or an auxiliary model
+    score(samples) -> SampleStats       the training forward pass over (request, completion) samples; returns the
+                                        detached per-sample entropy and self-certainty. The autograd graph stays
+                                        inside the agent until update(); a second score() before update() adds
+                                        its samples to the same update (a method's extra samples)
+    update(advantages, max_len) -> UpdateStats    one GRPO step on the scored samples (one advantage each)
+    update_auxiliary(name, alpha)       EMA of an auxiliary model toward the policy (Co-rewarding-II's teacher)
+    state_dict() / load_state_dict()    everything a bit-identical resume needs (weights, AdamW, auxiliary models)
+    save(path)                          the policy as a save_pretrained folder
+
+Agents never share parameters or gradients; Co-RL agents exchange extracted answers only, and that exchange happens
+in the method, above this layer.
 """
 
 from __future__ import annotations
@@ -15,11 +27,14 @@ from typing import Any, Sequence
 
 import torch
 
-from corl_bench.train import grpo
+from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig
-from corl_bench.rollout import Completion, SamplingParams, make_engine
+from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, as_request, make_engine
+from corl_bench.train import grpo
 
 log = logging.getLogger(__name__)
+
+POLICY = "policy"
 
 
 class NumericalError(RuntimeError):
@@ -32,12 +47,31 @@ class NumericalError(RuntimeError):
                          "the last good checkpoint is intact — lower grpo.lr or check the method's rewards, then "
                          "resume with --resume")
 
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across a process boundary
+        return type(self), (self.quantity, self.agent, self.step, self.detail)
+
 
 def check_finite(values: Any, quantity: str, agent: str, step: int | None = None) -> None:
     t = torch.as_tensor(values)
     if t.numel() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
         raise NumericalError(quantity, agent, step, f"{bad} of {t.numel()} values")
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One sequence an agent trains on: the request and the completion that answers it."""
+
+    request: Request
+    completion: Completion
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """Detached per-sample statistics of the policy from the training forward pass (one value per sample)."""
+
+    entropy: list[float]  # mean token entropy of softmax(logits / T) over the response
+    self_certainty: list[float]  # mean token KL(U || p) over the response
 
 
 @dataclass(frozen=True)
@@ -53,7 +87,7 @@ class UpdateStats:
 
 @dataclass
 class PolicyForward:
-    """What one training-side forward pass yields (N sequences, T positions)."""
+    """What one training-side forward pass yields (N sequences, T positions); stays inside the agent."""
 
     logp: torch.Tensor  # (N, T) log-probs of the completion tokens, with grad
     mask: torch.Tensor  # (N, T) 1 on completion tokens
@@ -77,50 +111,68 @@ def concat_forwards(a: PolicyForward, b: PolicyForward) -> PolicyForward:
                          self_certainty=torch.cat([a.self_certainty, b.self_certainty]), ref_logp=ref)
 
 
+def _frozen_copy(model: Any) -> Any:
+    twin = copy.deepcopy(model).eval()
+    for p in twin.parameters():
+        p.requires_grad_(False)
+    return twin
+
+
 class Agent:
+    """One trainable model behind the plain-data boundary described in the module docstring."""
+
     def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
-                 backend: str = "hf", temperature: float = 1.0, teacher: bool = False) -> None:
+                 backend: str = "hf", temperature: float = 1.0, auxiliary: Sequence[AuxiliaryModel] = ()) -> None:
         self.spec = spec
         self.name = spec.name
         self.model = model
         self.tokenizer = tokenizer
         self.cfg = grpo_cfg
         self.temperature = temperature
-        self.engine = make_engine(backend, model, tokenizer)
+        self.engines = {POLICY: make_engine(backend, model, tokenizer)}
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=grpo_cfg.lr, betas=grpo_cfg.betas,
                                            weight_decay=grpo_cfg.weight_decay)
+        # auxiliary models start as frozen copies of the initial policy; one may double as the KL reference
+        self.auxiliary: dict[str, Any] = {}
         self.reference = None
-        self.teacher_engine = None
-        if grpo_cfg.kl_coef > 0 or teacher:  # copy of the initial policy: KL anchor (and EMA teacher)
-            self.reference = copy.deepcopy(model).eval()
-            for p in self.reference.parameters():
-                p.requires_grad_(False)
-        if teacher:  # a slowly updated teacher that generates its own rollouts and doubles as the KL anchor
-            self.teacher_engine = make_engine(backend, self.reference, tokenizer)
+        for aux in auxiliary:
+            self.auxiliary[aux.name] = module = _frozen_copy(model)
+            if aux.kl_reference:
+                self.reference = module
+            if aux.generates:
+                self.engines[aux.name] = make_engine(backend, module, tokenizer)
+        if grpo_cfg.kl_coef > 0 and self.reference is None:  # the KL anchor: a copy of the initial policy
+            self.reference = _frozen_copy(model)
+        self._pending: PolicyForward | None = None
 
     # ------------------------------------------------------------------ rollouts
-    def generate(self, prompts: Sequence[str], params: SamplingParams, *, teacher: bool = False
+    def generate(self, requests: Sequence[Prompt], params: SamplingParams, *, model: str = POLICY
                  ) -> list[list[Completion]]:
-        """Rollouts from the policy, or from the EMA teacher (``teacher=True``, agents built with a teacher)."""
-        if teacher:
-            if self.teacher_engine is None:
-                raise RuntimeError(f"agent {self.name} has no teacher; build it with teacher=True")
-            return self.teacher_engine.generate(prompts, params)
-        return self.engine.generate(prompts, params)
+        """Rollouts of the policy, or of the auxiliary model ``model`` (one declared with ``generates=True``)."""
+        if model not in self.engines:
+            raise RuntimeError(f"agent {self.name} has no generating model {model!r}; it has {sorted(self.engines)}")
+        return self.engines[model].generate(requests, params)
 
     @torch.no_grad()
-    def ema_update(self, alpha: float) -> None:
-        """teacher <- alpha * policy + (1 - alpha) * teacher (Co-rewarding-II's sliding average)."""
-        if self.reference is None:
-            raise RuntimeError(f"agent {self.name} has no teacher/reference to update")
-        for t, p in zip(self.reference.parameters(), self.model.parameters()):
+    def update_auxiliary(self, name: str, alpha: float) -> None:
+        """auxiliary <- alpha * policy + (1 - alpha) * auxiliary (an EMA teacher's sliding average)."""
+        if name not in self.auxiliary:
+            raise RuntimeError(f"agent {self.name} has no auxiliary model {name!r}")
+        module = self.auxiliary[name]
+        for t, p in zip(module.parameters(), self.model.parameters()):
             t.mul_(1.0 - alpha).add_(p.detach(), alpha=alpha)
+        if name in self.engines:
+            self.engines[name].sync_weights(module)
 
-    # ------------------------------------------------------------------ update
-    def _batch(self, prompts: Sequence[str], completions: Sequence[Completion]) -> tuple[torch.Tensor, ...]:
-        """Right-padded (prompt + completion) ids, attention mask, completion mask and targets, all (N, L)."""
+    # ------------------------------------------------------------------ training forward pass
+    def _batch(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> tuple[torch.Tensor, ...]:
+        """Right-padded (prompt + completion) ids, attention mask and completion mask, all (N, L)."""
         tok = self.tokenizer
-        p_ids = tok(list(prompts), add_special_tokens=True)["input_ids"]
+        reqs = [as_request(p) for p in prompts]
+        if all(r.text is not None for r in reqs):
+            p_ids = tok([r.text for r in reqs], add_special_tokens=True)["input_ids"]
+        else:
+            p_ids = [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
         rows = [(p, list(c.token_ids)) for p, c in zip(p_ids, completions)]
         width = max(len(p) + len(c) for p, c in rows)
         n = len(rows)
@@ -132,14 +184,15 @@ class Agent:
             ids[r, : len(seq)] = torch.tensor(seq, dtype=torch.long)
             att[r, : len(seq)] = 1
             cmask[r, len(p): len(seq)] = 1.0
-        return ids, att, cmask
+        device = next(self.model.parameters()).device
+        return ids.to(device), att.to(device), cmask.to(device)
 
     def _token_logits(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
         """Logits predicting token t+1 at position t, aligned to targets ids[:, 1:]: (N, L-1, V)."""
         return model(input_ids=ids, attention_mask=att).logits[:, :-1, :]
 
-    def forward(self, prompts: Sequence[str], completions: Sequence[Completion]) -> PolicyForward:
-        """The single training-side forward pass over N = len(completions) sequences.
+    def forward(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> PolicyForward:
+        """The single training-side forward pass over N = len(completions) sequences (kept inside the agent).
 
         It yields the log-probs the loss is built from (with grad) and, from the same full-vocabulary logits at the
         rollout temperature, each sequence's mean token entropy (RENT) and self-certainty (Intuitor) — so
@@ -161,6 +214,17 @@ class Agent:
                                                      self.temperature)
         return PolicyForward(logp=logp, mask=mask, entropy=entropy, self_certainty=certainty, ref_logp=ref_logp)
 
+    def score(self, samples: Sequence[TrainSample]) -> SampleStats:
+        """Training forward pass over ``samples``; the graph waits inside the agent for :meth:`update`."""
+        fwd = self.forward([s.request for s in samples], [s.completion for s in samples])
+        self._pending = fwd if self._pending is None else concat_forwards(self._pending, fwd)
+        return SampleStats(entropy=fwd.entropy.tolist(), self_certainty=fwd.self_certainty.tolist())
+
+    def discard(self) -> None:
+        """Drop scored samples without updating (a step that failed before the update)."""
+        self._pending = None
+
+    # ------------------------------------------------------------------ update
     def step(self, fwd: PolicyForward, advantages: torch.Tensor, max_len: int | None = None) -> UpdateStats:
         """One GRPO policy step from a :meth:`forward` pass; ``advantages`` is (N,).
 
@@ -168,6 +232,7 @@ class Agent:
         ones, so the ratio is 1 and the clip is inactive; the gradient is the group-baselined policy gradient.
         """
         mask = fwd.mask
+        advantages = advantages.to(mask.device)
         out = grpo.grpo_loss(fwd.logp, fwd.logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
                              clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, kl_coef=self.cfg.kl_coef,
                              ref_logp=fwd.ref_logp, max_len=max_len)
@@ -180,18 +245,45 @@ class Agent:
             raise NumericalError("gradients", self.name, detail=f"grad norm {float(grad_norm)}")
         self.optimizer.step()
         self.model.eval()
+        self.engines[POLICY].sync_weights(self.model)
         n_tok = mask.sum(-1)
         mean_entropy = float((fwd.entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
         return UpdateStats(loss=float(out.loss.detach()), pg_loss=float(out.pg_loss), kl=float(out.kl),
                            clip_fraction=float(out.clip_fraction), grad_norm=float(grad_norm),
                            entropy=mean_entropy, n_tokens=int(mask.sum()))
 
-    def update(self, prompts: Sequence[str], completions: Sequence[Completion], advantages: torch.Tensor,
-               max_len: int | None = None) -> UpdateStats:
-        """forward + step: one GRPO update on N sequences with advantages (N,)."""
-        return self.step(self.forward(prompts, completions), advantages, max_len=max_len)
+    def update(self, advantages: Sequence[float] | torch.Tensor, max_len: int | None = None) -> UpdateStats:
+        """One GRPO update on everything scored since the last update, one advantage per scored sample."""
+        if self._pending is None:
+            raise RuntimeError(f"agent {self.name}: update() without scored samples; call score() first")
+        fwd, self._pending = self._pending, None
+        adv = torch.as_tensor(advantages, dtype=torch.float32).reshape(-1)
+        if adv.numel() != fwd.logp.shape[0]:
+            raise RuntimeError(f"agent {self.name}: {adv.numel()} advantages for {fwd.logp.shape[0]} scored samples")
+        return self.step(fwd, adv, max_len=max_len)
 
     # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """Policy weights, AdamW state, the KL reference and the other auxiliary models (for checkpoints)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "reference": self.reference.state_dict() if self.reference is not None else None,
+                "auxiliary": {n: m.state_dict() for n, m in self.auxiliary.items() if m is not self.reference}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("reference") is not None:
+            if self.reference is None:
+                raise RuntimeError(f"checkpoint of agent {self.name} has a reference model but the agent has none")
+            self.reference.load_state_dict(state["reference"])
+        for name, sd in (state.get("auxiliary") or {}).items():
+            if name not in self.auxiliary:
+                raise RuntimeError(f"checkpoint of agent {self.name} has auxiliary model {name!r}; the method "
+                                   f"declares {sorted(self.auxiliary) or 'none'}")
+            self.auxiliary[name].load_state_dict(sd)
+        for name, engine in self.engines.items():
+            engine.sync_weights(self.model if name == POLICY else self.auxiliary[name])
+
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path)

@@ -3,7 +3,7 @@
 Layout under ``<run>/checkpoints/``::
 
     step-000020/                 a complete checkpoint: training resumes at step 20
-        agent-<name>.pt          weights, AdamW state, reference / EMA teacher weights (torch.save)
+        agent-<name>.pt          Agent.state_dict(): weights, AdamW state, KL reference, auxiliary models (torch.save)
         state.pt                 step, data-stream position, method state, Python / NumPy / torch RNG states
         COMPLETE                 written last; a folder without it is an interrupted write and is ignored
     latest                       the name of the newest complete checkpoint (replaced atomically)
@@ -63,20 +63,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def agent_state(agent: Any) -> dict[str, Any]:
-    return {"model": agent.model.state_dict(), "optimizer": agent.optimizer.state_dict(),
-            "reference": agent.reference.state_dict() if agent.reference is not None else None}
-
-
-def load_agent_state(agent: Any, state: dict[str, Any]) -> None:
-    agent.model.load_state_dict(state["model"])
-    agent.optimizer.load_state_dict(state["optimizer"])
-    if state.get("reference") is not None:
-        if agent.reference is None:
-            raise RuntimeError(f"checkpoint of agent {agent.name} has a reference model but the agent has none")
-        agent.reference.load_state_dict(state["reference"])
-
-
 def save_checkpoint(run_dir: Path, step: int, agents: Sequence[Any], trainer_state: dict[str, Any],
                     keep: int = 1) -> Path:
     """Write the checkpoint to resume at ``step``; keeps the newest ``keep`` complete ones (>= 1)."""
@@ -88,7 +74,7 @@ def save_checkpoint(run_dir: Path, step: int, agents: Sequence[Any], trainer_sta
         shutil.rmtree(tmp)
     tmp.mkdir()
     for a in agents:
-        _save(agent_state(a), tmp / f"agent-{a.name}.pt")
+        _save(a.state_dict(), tmp / f"agent-{a.name}.pt")
     _save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "state.pt")
     with open(tmp / COMPLETE, "w") as f:
         f.write(f"{step}\n")
@@ -136,7 +122,7 @@ def load_checkpoint(path: Path, agents: Sequence[Any]) -> dict[str, Any]:
     import torch
 
     for a in agents:
-        load_agent_state(a, torch.load(path / f"agent-{a.name}.pt", weights_only=False))
+        a.load_state_dict(torch.load(path / f"agent-{a.name}.pt", weights_only=False))
     state = torch.load(path / "state.pt", weights_only=False)
     set_rng_state(state.pop("rng"))
     return state

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from corl_bench.train.loss_modes import LOSS_AGG_ALIASES, LOSS_AGG_MODES, resolve_loss_agg  # noqa: F401 (re-export)
+from corl_bench.config import LOSS_AGG_ALIASES, LOSS_AGG_MODES, resolve_loss_agg  # noqa: F401 (re-export)
 
 _LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios to [-20, 20] before exp
 _K3_CLAMP = 10.0  # verl low_var_kl clamps the estimate to [-10, 10]

@@ -15,7 +15,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, Task, TaskID
                            TimeRemainingColumn)
 from rich.table import Table
 
-from corl_bench.report.table import print_wide
+from corl_bench.console import print_wide
 
 
 def stamp() -> str:
@@ -94,7 +94,7 @@ class RunProgress:
             self.advance(tasks[family], done - int(self.progress.tasks[tasks[family]].completed))
 
         t = time.perf_counter()
-        profile.ensure_checkpoints(families, progress=report)
+        profile.prepare(families, progress=report)
         self.say(f"warm start of {', '.join(missing)} took {time.perf_counter() - t:.0f} s (cached for later runs)")
 
 

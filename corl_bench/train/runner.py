@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from corl_bench.config import Config, ConfigError, dump_config
-from corl_bench.registries import BENCHMARKS, COHORTS, FAMILIES, METHODS, PROFILES
+from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
 from corl_bench.registries import RegistryError
 
 log = logging.getLogger(__name__)
@@ -68,20 +68,15 @@ def resolve(cfg: Config) -> Plan:
         raise ConfigError(f"cohort {cohort.name!r} is defined for profile {cohort.profile!r}, not "
                           f"{cfg.model.profile!r}; pick a cohort of that profile (corl-bench ls cohorts)")
     for agent in cohort.agents:
-        _lookup(FAMILIES, agent.family, f"cohort agent {agent.name!r} family")
+        profile_cls.check_agent(agent)
     method_cls.check_cohort(cohort.agents, cohort.name)
     options = method_cls.parse_options(cfg.method.options)
     method_cls(options, cohort.agents).generation_n(cfg.rollout.samples_per_prompt)  # option/rollout consistency
     for b in cfg.eval.benchmarks:
-        spec = _lookup(BENCHMARKS, b, "eval.benchmarks")
-        if spec.get("profile", cfg.model.profile) != cfg.model.profile:
-            raise ConfigError(f"eval.benchmarks: {b!r} belongs to profile {spec.get('profile')!r}, not "
-                              f"{cfg.model.profile!r}")
-        if hasattr(profile_cls, "check_benchmark"):
-            profile_cls.check_benchmark(b, spec)
+        profile_cls.check_benchmark(b, _lookup(BENCHMARKS, b, "eval.benchmarks"))  # the profile decides
     _check_output_dir(Path(cfg.run.output_dir))
-    if hasattr(profile_cls, "check_writable"):
-        profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
+    _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
+    profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     return Plan(cfg.replace(cohort=cohort), method_cls, options)
 
 
@@ -91,10 +86,10 @@ def _check_output_dir(path: Path) -> None:
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if probe != path and not probe.is_dir():
-        raise ConfigError(f"run.output_dir {path}: {probe} is a file, not a directory; set run.output_dir to a "
-                          "writable directory")
+        raise ConfigError(f"cannot create results directory {path} ({probe} is a file, not a directory); set "
+                          "run.output_dir to a writable directory")
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot create run directories under {path} ({probe} is not writable); set "
+        raise ConfigError(f"cannot create results directory {path} ({probe} is not writable); set "
                           "run.output_dir to a writable directory")
 
 
@@ -183,7 +178,8 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
 
     from corl_bench.train.agent import Agent
     from corl_bench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-    from corl_bench.eval.agent_eval import eval_seed, evaluate, load_scores, n_generations
+    from corl_bench.eval.evaluator import eval_seed, evaluate, load_scores, n_generations, run_decoding
+    from corl_bench.eval.specs import get_spec
     from corl_bench.train.progress import RunProgress, summary_table
     from corl_bench.results import environment_record, new_run_dir, now_iso, run_lock, write_json
     from corl_bench.train.trainer import Trainer
@@ -222,7 +218,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                 t0 = time.perf_counter()
                 prog.warm_start(profile, [a.family for a in cfg.cohort.agents])
                 agents = [Agent(spec, *profile.load(spec.family), cfg.grpo, backend=cfg.rollout.backend,
-                                temperature=cfg.rollout.temperature, teacher=plan.method_cls.teacher)
+                                temperature=cfg.rollout.temperature, auxiliary=plan.method_cls.auxiliary)
                           for spec in cfg.cohort.agents]
                 method = plan.method_cls(plan.options, cfg.cohort.agents)
                 info["teachers"] = method.teachers()
@@ -235,10 +231,14 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                 def run_eval(phase: str) -> None:
                     t = time.perf_counter()
                     task = prog.add(f"eval {phase}", total_gen)
-                    for a in agents:
-                        scores.setdefault(phase, {})[a.name] = evaluate(
-                            a, benches, cfg.eval, out_dir=run_dir / "eval" / phase / a.name,
-                            seed=eval_seed(cfg.run.seed, a.spec.seed_offset), progress=lambda n: prog.advance(task, n))
+                    specs = {b: get_spec(b) for b in benches}
+                    for a in agents:  # each benchmark one chunk (the one evaluation path's seed rule), written fresh
+                        seed = eval_seed(cfg.run.seed, a.spec.seed_offset)
+                        scores.setdefault(phase, {})[a.name] = {b: evaluate(
+                            a.generate, specs[b], items[: cfg.eval.max_problems or None],
+                            out_path=run_dir / "eval" / phase / a.name / f"{b}.jsonl",
+                            decoding=run_decoding(cfg.eval, specs[b]), seed=seed, resume=False,
+                            progress=lambda n: prog.advance(task, n)) for b, (_, items) in benches.items()}
                     info["phases"] = [p for p in info["phases"] if p != phase] + [phase]
                     info["timings"][f"eval_{phase}"] = time.perf_counter() - t
                     write_json(run_dir / "run.json", info)

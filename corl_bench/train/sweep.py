@@ -138,13 +138,13 @@ def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
 
 def cell_status(spec: SweepSpec, cell: Cell) -> str:
     """finished | interrupted | new"""
-    from corl_bench.results import read_json
+    from corl_bench.results import RunDir
 
-    info = Path(spec.output_dir) / "runs" / cell.run_id / "run.json"
-    if not info.is_file():
+    run = RunDir(Path(spec.output_dir) / "runs" / cell.run_id)
+    if not run.is_run():
         return "new"
     try:
-        return "finished" if read_json(info).get("status") == "finished" else "interrupted"
+        return "finished" if run.info().get("status") == "finished" else "interrupted"
     except (OSError, ValueError):
         return "interrupted"
 

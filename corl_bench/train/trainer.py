@@ -23,14 +23,14 @@ from typing import Any, Iterator
 
 import torch
 
-from corl_bench.train import grpo
-from corl_bench.train.agent import Agent, NumericalError, check_finite, concat_forwards
 from corl_bench.config import Config, ConfigError
-from corl_bench.train.diagnostics import agent_diagnostics
+from corl_bench.eval.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.results import append_jsonl
-from corl_bench.rollout import SamplingParams
-from corl_bench.eval.verifier import extract_normalized, plurality_vote
+from corl_bench.rollout import SamplingParams, as_request, prompt_text
+from corl_bench.train import grpo
+from corl_bench.train.agent import NumericalError, TrainSample, check_finite
+from corl_bench.train.diagnostics import agent_diagnostics
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 def rollout_seed(run_seed: int, seed_offset: int, step: int) -> int:
     """Per-agent, per-step sampling seed: agents never share rollout randomness, reruns reproduce it."""
     return (run_seed * 1_000_003 + seed_offset * 7_919 + step * 104_729 + 17) % (2**31)
+
+
+def _rows(flat: list[float], k: int) -> list[list[float]]:
+    """[P*K] -> [P][K] (row-major, as the samples were scored)."""
+    return [flat[i: i + k] for i in range(0, len(flat), k)]
 
 
 def _rollouts(agent: str, rows: list[list[Any]]) -> AgentRollouts:
@@ -58,7 +63,9 @@ class StepResult:
 class Trainer:
     """Runs the training steps of one run; evaluation and bookkeeping live in :mod:`corl_bench.train.runner`."""
 
-    def __init__(self, cfg: Config, agents: list[Agent], method: Method, profile: Any, run_dir: Path) -> None:
+    def __init__(self, cfg: Config, agents: list[Any], method: Method, profile: Any, run_dir: Path) -> None:
+        """``agents``: objects with the plain-data agent boundary (:class:`corl_bench.train.agent.Agent`, or a proxy
+        to one in another process); ``profile``: a :class:`corl_bench.profile.Profile`."""
         self.cfg = cfg
         self.agents = agents
         self.method = method
@@ -102,65 +109,70 @@ class Trainer:
 
     def step(self, step: int) -> StepResult:
         cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt
-        n = self.method.generation_n(k)
         problems = list(islice(self.stream, cfg.rollout.prompts_per_step))
         self.consumed += len(problems)
         truth = [p.answer for p in problems]
         timer: dict[str, float] = {}
 
-        # 1. rollouts: same problems for everyone, each agent in its own view and with its own seed
+        # 1. rollouts: same problems for everyone, each agent in its own view and with its own seed; then the
+        #    rollouts of every auxiliary model that generates (an EMA teacher), each on its own seed stream
         t0 = time.perf_counter()
-        prompts, comps, rollouts = {}, {}, {}
+        requests = {a.name: [self.profile.render(p, a.spec.view) for p in problems] for a in self.agents}
+        comps, rollouts = {}, {}
         for a in self.agents:
-            prompts[a.name] = [self.profile.render(p, a.spec.view) for p in problems]
-            params = SamplingParams(n=n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                    max_new_tokens=cfg.rollout.max_new_tokens,
-                                    seed=rollout_seed(cfg.run.seed, a.spec.seed_offset, step))
-            comps[a.name] = a.generate(prompts[a.name], params)
+            comps[a.name] = a.generate(requests[a.name], self._params(self.method.generation_n(k), a, step, 0))
             rollouts[a.name] = _rollouts(a.name, comps[a.name])
-        teacher_rollouts = None
-        if self.method.teacher:  # the EMA teacher samples its own K completions (a separate seed stream)
-            teacher_rollouts = {}
-            for a in self.agents:
-                params = SamplingParams(n=k, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                        max_new_tokens=cfg.rollout.max_new_tokens,
-                                        seed=rollout_seed(cfg.run.seed, a.spec.seed_offset + 1_000, step))
-                teacher_rollouts[a.name] = _rollouts(a.name, a.generate(prompts[a.name], params, teacher=True))
+        aux_rollouts: dict[str, dict[str, AgentRollouts]] = {}
+        for aux in (x for x in self.method.auxiliary if x.generates):
+            aux_rollouts[aux.name] = {a.name: _rollouts(a.name, a.generate(
+                requests[a.name], self._params(k, a, step, aux.seed_salt), model=aux.name)) for a in self.agents}
         timer["rollout"] = time.perf_counter() - t0
 
-        # 2. one training-side forward pass per agent (log-probs with grad, entropy, self-certainty)
+        # 2. one training-side forward pass per agent over its first K rollouts of every prompt; the agent keeps
+        #    the graph and returns detached statistics (entropy, self-certainty) for intrinsic rewards
         t0 = time.perf_counter()
-        train_prompts = {a.name: [pr for pr in prompts[a.name] for _ in range(k)] for a in self.agents}
-        train_comps = {a.name: [row[j] for row in comps[a.name] for j in range(k)] for a in self.agents}
-        forwards = {a.name: a.forward(train_prompts[a.name], train_comps[a.name]) for a in self.agents}
-        stats = {name: SequenceStats(entropy=f.entropy.reshape(-1, k).tolist(),
-                                     self_certainty=f.self_certainty.reshape(-1, k).tolist())
-                 for name, f in forwards.items()}
+        train = {a.name: [TrainSample(req, row[j]) for req, row in zip(requests[a.name], comps[a.name])
+                          for j in range(k)] for a in self.agents}
+        stats = {}
+        for a in self.agents:
+            scored = a.score(train[a.name])
+            stats[a.name] = SequenceStats(entropy=_rows(scored.entropy, k), self_certainty=_rows(scored.self_certainty, k))
         timer["forward"] = time.perf_counter() - t0
 
+        try:
+            return self._reward_and_update(step, problems, truth, requests, comps, rollouts, aux_rollouts, train,
+                                           stats, timer)
+        except BaseException:
+            for a in self.agents:  # nothing was updated: drop every scored batch
+                a.discard()
+            raise
+
+    def _reward_and_update(self, step, problems, truth, requests, comps, rollouts, aux_rollouts, train, stats,
+                           timer) -> StepResult:
+        cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt
         # 3. rewards: the method sees answers and policy statistics; labels only if it declares uses_labels
         t0 = time.perf_counter()
         batch = RewardInput(step=step, problem_ids=[p.id for p in problems], rollouts=rollouts,
                             samples_per_prompt=k, labels=truth if self.method.uses_labels else None, stats=stats,
-                            teacher_rollouts=teacher_rollouts, prompts=prompts, generate=self._generator(step))
+                            auxiliary_rollouts=aux_rollouts or None, prompts=requests, generate=self._generator(step))
         rewards = self.method.rewards(batch)
         votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in rollouts.items()}
         timer["reward"] = time.perf_counter() - t0
 
-        # 3b. samples a method generated on top (CoMAS critiques and scores) join their author's forward pass
+        # 3b. samples a method generated on top (CoMAS critiques and scores) join their author's update
         t0 = time.perf_counter()
         lengths = {}
         for a in self.agents:
             extra = rewards[a.name].extra
             if extra:
-                fx = a.forward([e.prompt for e in extra], [e.completion for e in extra])
-                forwards[a.name] = concat_forwards(forwards[a.name], fx)
-            lengths[a.name] = [len(c.token_ids) for c in train_comps[a.name]] + [len(e.completion.token_ids)
-                                                                                  for e in extra]
+                a.score([TrainSample(as_request(e.prompt), e.completion) for e in extra])
+            lengths[a.name] = [len(s.completion.token_ids) for s in train[a.name]] + [len(e.completion.token_ids)
+                                                                                     for e in extra]
         override = self.method.advantages(batch, rewards, lengths)
         timer["forward"] += time.perf_counter() - t0
 
-        # 4. advantages for every agent (all checked finite before any agent is updated), then one update each
+        # 4. advantages for every agent (all checked finite before any agent is updated), then one update each;
+        #    auxiliary models (an EMA teacher) follow the updated policy at the rate the method gives
         t0 = time.perf_counter()
         result = StepResult(step=step, metrics={})
         r_of, adv_of = {}, {}
@@ -171,23 +183,31 @@ class Trainer:
             check_finite(adv_of[a.name], "advantages", a.name, step)
         for a in self.agents:
             try:
-                upd = a.step(forwards.pop(a.name), adv_of[a.name], max_len=cfg.rollout.max_new_tokens)
+                upd = a.update(adv_of[a.name].tolist(), max_len=cfg.rollout.max_new_tokens)
             except NumericalError as e:
                 raise NumericalError(e.quantity, a.name, step, e.detail) from None
-            if self.method.teacher:
-                a.ema_update(self.method.teacher_alpha(step, cfg.run.steps))
+            for aux in self.method.auxiliary:
+                alpha = self.method.auxiliary_update(aux.name, step, cfg.run.steps)
+                if alpha:
+                    a.update_auxiliary(aux.name, alpha)
             result.metrics[a.name] = agent_diagnostics(
                 rollouts=rollouts[a.name], rewards=rewards[a.name], truth=truth, k=k, own_votes=votes[a.name],
                 other_votes={o.name: votes[o.name] for o in self.agents if o.name != a.name},
-                lengths=[len(c.token_ids) for c in train_comps[a.name]], update=upd,
+                lengths=lengths[a.name][: len(train[a.name])], update=upd,
                 zero_std_fraction=grpo.zero_std_fraction(r_of[a.name]))
         timer["update"] = time.perf_counter() - t0
         result.seconds = timer
 
         every = cfg.run.log_samples_every
         if every and (step % every == 0 or step == cfg.run.steps - 1):
-            result.samples = self._samples(step, problems, prompts, comps, rollouts, rewards, truth)
+            result.samples = self._samples(step, problems, requests, comps, rollouts, rewards, truth)
         return result
+
+    def _params(self, n: int, agent: Any, step: int, salt: int) -> SamplingParams:
+        """Sampling settings of the run with the seed of (agent, step) on the stream ``salt`` (0: the policy's)."""
+        r = self.cfg.rollout
+        return SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                              seed=rollout_seed(self.cfg.run.seed, agent.spec.seed_offset + salt, step))
 
     def _advantages(self, name: str, r: torch.Tensor, rewards: dict[str, Any], override: dict[str, Any] | None,
                     lengths: dict[str, list[int]]) -> torch.Tensor:
@@ -208,7 +228,7 @@ class Trainer:
         by_name = {a.name: a for a in self.agents}
         cfg = self.cfg.rollout
 
-        def generate(agent: str, prompts: list[str], role: str, max_new_tokens: int | None = None) -> list[Any]:
+        def generate(agent: str, prompts: list[Any], role: str, max_new_tokens: int | None = None) -> list[Any]:
             a = by_name[agent]
             salt = 2_000 + zlib.crc32(role.encode()) % 100_000
             params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p,
@@ -224,7 +244,7 @@ class Trainer:
             for i in range(min(self.cfg.run.samples_per_log, len(problems))):
                 labels = rewards[a.name].pseudo_labels
                 rows.append({"step": step, "agent": a.name, "problem_id": problems[i].id, "view": a.spec.view,
-                             "prompt": prompts[a.name][i], "completion": comps[a.name][i][0].text,
+                             "prompt": prompt_text(prompts[a.name][i]), "completion": comps[a.name][i][0].text,
                              "extracted": rollouts[a.name].answers[i][0],
                              "pseudo_label": labels[i] if labels is not None else None,
                              "truth": truth[i], "reward": rewards[a.name].rewards[i][0]})

@@ -1,0 +1,397 @@
+"""Collect finished runs under a results directory and regrade their predictions (the bottom of the table stack).
+
+Public API (no torch or transformers; layout, render and table build on it, nothing here imports them):
+
+* :func:`collect_results` ``(results_dir) -> Collected`` - one :class:`AgentResult` per (run, agent) and one
+  :class:`RunInfo` per run (eval decoding, steps, benchmark versions), plus one-line warnings (damaged runs are
+  skipped and named there).
+* :func:`collect` ``(results_dir) -> (list[Row], list[str])`` - the same aggregated over seeds: one :class:`Row`
+  per (method, cohort, tag, agent); :func:`aggregate` does it on an already-read :class:`Collected`.
+* :func:`check_metrics`, :data:`METRIC_LABELS`, :func:`natural_key`, :func:`rel_path`, :func:`row_grader_for`.
+
+Run directories are read through :class:`corl_bench.results.RunDir` (``run.json``: method, cohort, seed, tag, status,
+agents, steps, ...; ``config.yaml``; predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``). Every
+predictions file is regraded with :func:`corl_bench.eval.metrics.score_predictions` (stored ``correct`` fields are
+not trusted). A :class:`Row` holds the mean over seeds and the sample standard deviation (n-1) where there are two
+or more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from corl_bench.eval.metrics import METRICS, BenchmarkScores, score_predictions
+from corl_bench.results import CONFIG, RunDir, read_jsonl
+from corl_bench.results import find_runs as find_run_dirs
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_METRICS", "FORMATS", "METRIC_LABELS", "TABLE_METRICS", "AgentResult", "Collected", "DamagedRun",
+           "Row", "RunInfo", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "natural_key",
+           "pool_scores", "rel_path", "row_grader_for"]
+
+Scores = dict[str, dict[str, Optional[float]]]  # benchmark -> metric -> value (fraction in [0, 1])
+
+DEFAULT_METRICS: tuple[str, ...] = ("avg_k",)
+TABLE_METRICS: tuple[str, ...] = ("greedy", "avg_k", "maj_k", "pass_k")
+FORMATS: tuple[str, ...] = ("md", "latex", "csv", "html")
+METRIC_LABELS: dict[str, str] = {
+    "greedy": "greedy", "avg_k": "pass@1", "maj_k": "maj@k", "pass_k": "pass@k",
+    "extraction_failure": "no-answer", "clipped": "clipped",
+}
+DECODING_KEYS: tuple[str, ...] = ("samples", "temperature", "top_p", "greedy", "max_new_tokens", "max_problems")
+
+
+class DamagedRun(Exception):
+    """A run directory that cannot be read; ``str(e)`` says what is wrong."""
+
+
+def _mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def _sd(values: Sequence[float]) -> Optional[float]:
+    return statistics.stdev(values) if len(values) >= 2 else None
+
+
+def _bench_avg(scores: Scores, metric: str, benchmarks: Sequence[str]) -> Optional[float]:
+    """Mean of ``metric`` over ``benchmarks``; None if any benchmark lacks a value."""
+    values = [scores.get(bench, {}).get(metric) for bench in benchmarks]
+    if not values or any(v is None for v in values):
+        return None
+    return _mean(values)  # type: ignore[arg-type]
+
+
+def check_metrics(metrics: Sequence[str]) -> tuple[str, ...]:
+    """The metrics as a tuple; ValueError (one line naming the valid ones) if empty or unknown."""
+    metrics = tuple(metrics)
+    unknown = [m for m in metrics if m not in TABLE_METRICS]
+    if not metrics or unknown:
+        raise ValueError(f"unknown metric(s) {', '.join(unknown) or '(none)'}; choose from "
+                         f"{', '.join(TABLE_METRICS)} (comma-separated, e.g. --metric avg_k,greedy)")
+    return metrics
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (method, cohort, tag, agent) aggregated over the seeds it was run with."""
+
+    method: str
+    cohort: str
+    agent: str
+    family: str
+    seeds: tuple[int, ...]
+    scores: Scores  # benchmark -> metric -> mean over seeds (final phase)
+    base: Scores = field(default_factory=dict)  # the same for the base phase ({} if never evaluated)
+    scores_sd: Scores = field(default_factory=dict)  # sample sd over seeds; None with < 2 values
+    per_seed: tuple[Scores, ...] = ()  # final-phase scores of each run, in the order of ``seeds``
+    ks: dict[str, tuple[int, ...]] = field(default_factory=dict)  # benchmark -> samples/problem seen
+    run_ids: tuple[str, ...] = ()
+    tag: str = ""  # run.json "tag" (a variant such as "budget-matched"); "" = none
+    base_per_seed: tuple[Scores, ...] = ()  # base-phase scores of each run ({} where absent)
+
+    def avg(self, metric: str, benchmarks: Sequence[str]) -> tuple[Optional[float], Optional[float]]:
+        """(mean, sd over seeds) of the mean of ``metric`` over ``benchmarks``; None where missing."""
+        per_seed = [_bench_avg(scores, metric, benchmarks) for scores in self.per_seed]
+        sd = _sd(per_seed) if per_seed and all(v is not None for v in per_seed) else None  # type: ignore[arg-type]
+        return _bench_avg(self.scores, metric, benchmarks), sd
+
+    def delta(self, metric: str, benchmarks: Sequence[str]) -> Optional[float]:
+        """``avg`` of the final phase minus the same average over the base phase; None if missing."""
+        final, base = self.avg(metric, benchmarks)[0], _bench_avg(self.base, metric, benchmarks)
+        return None if final is None or base is None else final - base
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """Regraded scores of one agent of one run."""
+
+    run_id: str
+    rel: str  # the run directory relative to the results directory
+    method: str
+    cohort: str
+    tag: str
+    agent: str
+    agent_index: int  # position in run.json agents (the cohort's ring order)
+    family: str
+    seed: int
+    profile: str
+    final: dict[str, BenchmarkScores]
+    base: dict[str, BenchmarkScores]
+
+    def metrics(self, phase: str = "final") -> Scores:
+        """benchmark -> metric -> value for ``phase`` ("final" or "base")."""
+        return {b: s.metrics() for b, s in getattr(self, phase).items()}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a run says about its protocol (for the table footer)."""
+
+    run_id: str
+    rel: str
+    method: str
+    cohort: str
+    tag: str
+    seed: int
+    steps: Optional[int]  # run.json "steps" (else config run.steps); None if unknown
+    decoding: Optional[tuple[tuple[str, Any], ...]]  # config.yaml eval: (key, value) for DECODING_KEYS; None if unread
+    versions: tuple[tuple[str, str], ...]  # (benchmark, benchmark_version) pairs seen in its predictions
+
+
+@dataclass(frozen=True)
+class Collected:
+    """Everything :func:`collect_results` read: per-agent results, per-run protocol info, warnings."""
+
+    results: tuple[AgentResult, ...]
+    runs: tuple[RunInfo, ...]
+    warnings: tuple[str, ...]
+
+
+def find_runs(results_dir: Path) -> list[Path]:
+    """Every directory under ``results_dir`` (recursively, itself included) that holds a run.json, as paths
+    (:func:`corl_bench.results.find_runs` gives them as :class:`~corl_bench.results.RunDir`)."""
+    return [run.path for run in find_run_dirs(results_dir)]
+
+
+def rel_path(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` for messages (its name if it is ``root``; as given if outside it)."""
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+    return path.name if rel == "." else rel
+
+
+def _read_jsonl(path: Path, name: str) -> list[dict[str, Any]]:
+    try:
+        return read_jsonl(path, DamagedRun, name)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DamagedRun(f"cannot read {name} ({exc})") from exc
+
+
+def row_grader_for(benchmark: str) -> Any:
+    """The registered spec's grader for a benchmark's rows; None (the default math grading) if unregistered."""
+    from corl_bench.eval.specs import get_spec
+    from corl_bench.eval.evaluator import row_grader
+    from corl_bench.registries import BENCHMARKS
+
+    if benchmark not in BENCHMARKS:
+        return None
+    return row_grader(get_spec(benchmark))
+
+
+def _load_phase(run: RunDir, phase: str, agent: str, rel: str, warnings: list[str],
+                versions: dict[str, set[str]]) -> dict[str, BenchmarkScores]:
+    """benchmark -> scores for every predictions file of ``agent`` in ``phase`` ({} if none); collects versions."""
+    out = {}
+    for bench in run.benchmarks(phase, agent):
+        name = rel_path(run.predictions_path(phase, agent, bench), run.path)
+        rows = _read_jsonl(run.predictions_path(phase, agent, bench), name)
+        if not rows:
+            warnings.append(f"{rel}: {name} is empty; ignored")
+            continue
+        try:
+            out[bench] = score_predictions(rows, row_grader_for(bench))
+        except ValueError as exc:
+            raise DamagedRun(f"{name}: {exc}") from exc
+        versions.setdefault(bench, set()).update(
+            str(r["benchmark_version"]) for r in rows if r.get("benchmark_version") is not None)
+    return out
+
+
+def _field(meta: Mapping[str, Any], key: str, kind: type) -> Any:
+    value = meta.get(key)
+    if value is None:
+        raise DamagedRun(f"run.json has no {key!r}")
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise DamagedRun(f"run.json field {key!r} should be {kind.__name__} (got {value!r})")
+    return value
+
+
+def _read_config(run: RunDir, rel: str, warnings: list[str]) -> Optional[Mapping[str, Any]]:
+    """config.yaml as a mapping; None (with a warning) when it is missing or unreadable."""
+    import yaml
+
+    try:
+        return run.config()
+    except FileNotFoundError:
+        warnings.append(f"{rel} has no {CONFIG}; its eval decoding is not in the footer")
+        return None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        warnings.append(f"{rel}: cannot read {CONFIG} ({type(exc).__name__}); its eval decoding is not in "
+                        "the footer")
+        return None
+    except ValueError:  # not a mapping
+        return None
+
+
+def _manifest_decoding(run: RunDir) -> Optional[tuple[tuple[str, Any], ...]]:
+    """For a ``corl-bench eval`` target (no config.yaml): the decoding its ``eval_manifest.json`` files record.
+    A key on which the benchmarks differ (k: 8 for AMC, 1 for GSM8K) becomes the text ``"amc83 8, gsm8k 1"``."""
+    per: dict[str, Mapping[str, Any]] = {}
+    for path in run.manifest_paths():
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        for bench, entry in (manifest.items() if isinstance(manifest, dict) else ()):
+            if isinstance(entry, dict) and isinstance(entry.get("decoding"), dict):
+                per[bench] = entry["decoding"]
+    if not per:
+        return None
+    out = []
+    for key in DECODING_KEYS:
+        values = {b: d[key] for b, d in sorted(per.items()) if key in d}
+        if values:
+            distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
+            out.append((key, next(iter(values.values())) if len(distinct) == 1 else
+                        ", ".join(f"{b} {v}" for b, v in values.items())))
+    return tuple(out)
+
+
+def _run_info(run: RunDir, rel: str, meta: Mapping[str, Any], versions: dict[str, set[str]],
+              warnings: list[str]) -> RunInfo:
+    manifest_decoding = None if run.config_path.exists() else _manifest_decoding(run)
+    cfg = _read_config(run, rel, [] if manifest_decoding else warnings)
+    ev = cfg.get("eval") if cfg else None
+    decoding = (tuple((k, ev[k]) for k in DECODING_KEYS if k in ev) if isinstance(ev, Mapping) else
+                manifest_decoding)
+    steps = meta.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool):
+        run_cfg = cfg.get("run") if cfg else None
+        steps = run_cfg.get("steps") if isinstance(run_cfg, Mapping) else None
+        steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+    return RunInfo(str(meta.get("run_id") or run.name), rel, meta["method"], meta["cohort"],
+                   str(meta.get("tag") or ""), meta["seed"], steps, decoding,
+                   tuple((b, v) for b in sorted(versions) for v in sorted(versions[b])))
+
+
+def _load_run(run: RunDir, rel: str, phase: str,
+              base_phase: str) -> tuple[list[AgentResult], Optional[RunInfo], list[str]]:
+    """Scores of every agent of one run, its RunInfo (None if it has no results) and warnings; raises DamagedRun."""
+    try:
+        meta = run.info()
+    except json.JSONDecodeError as exc:
+        raise DamagedRun("run.json is not valid JSON") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DamagedRun(f"cannot read run.json ({exc})") from exc
+    except ValueError as exc:
+        raise DamagedRun("run.json is not a JSON object") from exc
+    method, cohort = _field(meta, "method", str), _field(meta, "cohort", str)
+    seed, status = _field(meta, "seed", int), _field(meta, "status", str)
+    agents = _field(meta, "agents", list)
+    if not agents or not all(isinstance(a, dict) and isinstance(a.get("name"), str) and a["name"]
+                             for a in agents):
+        raise DamagedRun("run.json 'agents' must be a non-empty list of objects with a 'name'")
+    tag = meta.get("tag") or ""
+    if not isinstance(tag, str):
+        raise DamagedRun(f"run.json field 'tag' should be str (got {tag!r})")
+    run_id, profile = str(meta.get("run_id") or run.name), str(meta.get("profile", ""))
+    warnings: list[str] = []
+    versions: dict[str, set[str]] = {}
+    results, missing = [], []
+    for index, agent in enumerate(agents):
+        name = agent["name"]
+        final = _load_phase(run, phase, name, rel, warnings, versions)
+        base = _load_phase(run, base_phase, name, rel, warnings, versions)
+        if not final:
+            missing.append(name)
+            continue
+        results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, str(agent.get("family", "")),
+                                   seed, profile, final, base))
+    if not results:
+        suffix = "" if status == "finished" else f" (status {status!r})"
+        return [], None, warnings + [f"{rel} has no predictions for phase {phase}{suffix}; skipped"]
+    if missing:
+        warnings.append(f"{rel}: agent(s) {', '.join(missing)} have no predictions for phase {phase}")
+    if status != "finished":
+        warnings.append(f"{rel} has status {status!r}; showing its {phase} predictions as they are")
+    if not any(r.base for r in results):
+        warnings.append(f"{rel} has no predictions for phase {base_phase}; Δ base left empty")
+    return results, _run_info(run, rel, meta, versions, warnings), warnings
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders "a2" before "a10"."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str = "base") -> Collected:
+    """Every readable run under ``results_dir``: per-agent results, run infos (in run order) and warnings."""
+    results_dir = Path(results_dir)
+    warnings: list[str] = []
+    results: list[AgentResult] = []
+    runs: list[RunInfo] = []
+    for run in find_run_dirs(results_dir):
+        rel = rel_path(run.path, results_dir)
+        try:
+            run_results, info, run_warnings = _load_run(run, rel, phase, base_phase)
+        except DamagedRun as exc:
+            warnings.append(f"skipping {rel}: {exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001 - one bad run must never break the table
+            logger.debug("unexpected error reading %s", run, exc_info=True)
+            warnings.append(f"skipping {rel}: unexpected {type(exc).__name__}: {exc}")
+            continue
+        warnings.extend(run_warnings)
+        results.extend(run_results)
+        if info is not None:
+            runs.append(info)
+    return Collected(tuple(results), tuple(runs), tuple(warnings))
+
+
+def pool_scores(per_seed: Sequence[Scores]) -> tuple[Scores, Scores]:
+    """(mean, sample sd) over seeds for every benchmark and metric; a missing value is left out of both."""
+    mean: Scores = {}
+    sd: Scores = {}
+    for bench in sorted({b for scores in per_seed for b in scores}):
+        mean[bench], sd[bench] = {}, {}
+        for metric in METRICS:
+            values = [s[bench][metric] for s in per_seed if s.get(bench, {}).get(metric) is not None]
+            mean[bench][metric], sd[bench][metric] = _mean(values), _sd(values)  # type: ignore[arg-type]
+    return mean, sd
+
+
+def _aggregate(members: list[AgentResult], warnings: list[str]) -> Row:
+    """One Row from the runs (seeds) of one (method, cohort, tag, agent)."""
+    members = sorted(members, key=lambda r: (r.seed, r.run_id))
+    first = members[0]
+    label = f"{first.method}/{first.cohort}" + (f"[{first.tag}]" if first.tag else "") + f"/{first.agent}"
+    seeds = tuple(r.seed for r in members)
+    if len(set(seeds)) < len(seeds):
+        warnings.append(f"{label}: a seed appears in several runs ({', '.join(r.run_id for r in members)})")
+    if len({r.profile for r in members}) > 1:
+        warnings.append(f"{label}: runs mix profiles {sorted({r.profile for r in members})}")
+    if len({r.family for r in members}) > 1:
+        warnings.append(f"{label}: runs disagree on the agent family; showing {first.family!r}")
+    per_seed = tuple(r.metrics("final") for r in members)
+    base_per_seed = tuple(r.metrics("base") for r in members)
+    scores, scores_sd = pool_scores(per_seed)
+    base = pool_scores(base_per_seed)[0]
+    ks = {b: tuple(sorted({r.final[b].k for r in members if b in r.final and r.final[b].k})) for b in scores}
+    return Row(first.method, first.cohort, first.agent, first.family, seeds, scores, base, scores_sd, per_seed,
+               ks, tuple(r.run_id for r in members), first.tag, base_per_seed)
+
+
+def aggregate(collected: Collected) -> tuple[list[Row], list[str]]:
+    """Rows (sorted by method, cohort, tag, agent) of what :func:`collect_results` read, and all warnings."""
+    warnings = list(collected.warnings)
+    groups: dict[tuple[str, str, str, str], list[AgentResult]] = {}
+    for result in collected.results:
+        groups.setdefault((result.method, result.cohort, result.tag, result.agent), []).append(result)
+    keys = sorted(groups, key=lambda k: (k[0], k[1], k[2], natural_key(k[3])))
+    return [_aggregate(groups[key], warnings) for key in keys], warnings
+
+
+def collect(results_dir: Path, *, phase: str = "final", base_phase: str = "base") -> tuple[list[Row], list[str]]:
+    """Rows (sorted by method, cohort, tag, agent) and one-line warnings for every run under ``results_dir``."""
+    return aggregate(collect_results(results_dir, phase=phase, base_phase=base_phase))
+

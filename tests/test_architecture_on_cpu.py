@@ -1,0 +1,220 @@
+"""The import direction of the packages (issue 13): training and rollout never import reporting, reporting never
+imports training, method files import only the method contract, and no two corl_bench modules import each other
+(directly or around a longer loop).
+
+Every module under ``corl_bench/``, ``trainers/`` and ``baselines/`` (installed as ``corl_bench.trainers`` and
+``corl_bench.baselines``) is parsed with :mod:`ast`; every import statement counts, at module level or inside a
+function (a lazy import still runs in the same process). Nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+#: source folder -> the package it installs as (pyproject.toml [tool.setuptools] package-dir)
+ROOTS = {"corl_bench": "corl_bench", "trainers": "corl_bench.trainers", "baselines": "corl_bench.baselines"}
+
+#: Import cycles known today, outside reporting, each as the set of modules of one strongly connected component.
+#: The lead empties this list; a cycle not listed here (or a listed one that grew) fails the test.
+KNOWN_CYCLES: list[frozenset[str]] = []
+
+
+def _modules() -> dict[str, Path]:
+    """module name -> file, for every .py file of the project's packages."""
+    out = {}
+    for folder, package in ROOTS.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = list(path.relative_to(REPO / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join([package, *parts])] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    """The project module ``name`` refers to: itself, or the longest known package prefix; None outside it."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in MODULES:
+            return candidate
+        parts.pop()
+    return None
+
+
+def _imports(module: str) -> set[str]:
+    """The project modules ``module`` imports anywhere in its file (module level, functions, classes)."""
+    path = MODULES[module]
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_package else base[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            found.add(origin)
+            for alias in node.names:  # ``from corl_bench.report import table`` imports the module table
+                found.add(f"{origin}.{alias.name}")
+    targets = {_resolve(name) for name in found}
+    return {t for t in targets if t is not None and t != module}
+
+
+GRAPH: dict[str, set[str]] = {m: _imports(m) for m in MODULES}
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _violations(sources: str, forbidden: str) -> list[str]:
+    return sorted(f"{m} imports {t}" for m, targets in GRAPH.items() if _in(m, sources)
+                  for t in targets if _in(t, forbidden))
+
+
+def test_the_parser_sees_the_project() -> None:
+    assert {"corl_bench.cli", "corl_bench.results", "corl_bench.report.table", "corl_bench.train.runner",
+            "corl_bench.trainers.corl", "corl_bench.baselines.ttrl"} <= set(MODULES)
+    assert "corl_bench.report.collect" in GRAPH["corl_bench.report.table"]  # module level
+    assert "corl_bench.train.runner" in GRAPH["corl_bench.cli"]  # inside a function
+
+
+@pytest.mark.parametrize("package", ["corl_bench.train", "corl_bench.rollout"])
+def test_training_and_rollout_import_nothing_from_reporting(package: str) -> None:
+    assert _violations(package, "corl_bench.report") == []
+
+
+def _reachable(module: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for target in GRAPH[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+@pytest.mark.parametrize("package", ["corl_bench.train", "corl_bench.rollout"])
+def test_a_training_run_never_loads_reporting(package: str) -> None:
+    """Not even through another module: nothing a training or rollout module imports leads to reporting."""
+    bad = sorted(f"{m} reaches {t}" for m in GRAPH if _in(m, package)
+                 for t in _reachable(m) if _in(t, "corl_bench.report"))
+    assert bad == []
+
+
+def test_reporting_imports_nothing_from_training() -> None:
+    assert _violations("corl_bench.report", "corl_bench.train") == []
+
+
+@pytest.mark.parametrize("module", ["corl_bench.config", "corl_bench.registries", "corl_bench.results",
+                                    "corl_bench.profile", "corl_bench.console"])
+def test_the_top_level_never_reaches_training_or_reporting(module: str) -> None:
+    """Config, registries, results I/O and the protocols sit below every package (lazy registry entries aside)."""
+    bad = sorted(t for t in _reachable(module) if _in(t, "corl_bench.train") or _in(t, "corl_bench.report"))
+    assert bad == []
+
+
+def test_reporting_layers_point_one_way() -> None:
+    """collect <- layout <- render <- table: the table stack has no upward import."""
+    order = ["corl_bench.report.collect", "corl_bench.report.methods", "corl_bench.report.layout",
+             "corl_bench.report.render", "corl_bench.report.table"]
+    for i, module in enumerate(order):
+        upward = GRAPH[module] & set(order[i + 1:])
+        assert not upward, f"{module} imports {sorted(upward)}"
+
+
+def test_methods_import_only_the_method_contract() -> None:
+    allowed = ("corl_bench.method", "corl_bench.trainers", "corl_bench.baselines")
+    bad = sorted(f"{m} imports {t}" for m, targets in GRAPH.items()
+                 if _in(m, "corl_bench.trainers") or _in(m, "corl_bench.baselines")
+                 for t in targets if not any(_in(t, a) for a in allowed) and t != "corl_bench")
+    assert bad == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[frozenset[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        out.append(frozenset(component))
+    return out
+
+
+def _loop(component: frozenset[str]) -> str:
+    """One concrete loop through a component, for the message: a -> b -> ... -> a."""
+    start = min(component)
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(t for t in GRAPH[path[-1]] if t in component)
+        back = [t for t in nxt if t == start]
+        if back and len(path) > 1:
+            return " -> ".join(path + [start])
+        fresh = [t for t in nxt if t not in seen]
+        if not fresh:
+            return " -> ".join(path + [nxt[0]]) if nxt else " -> ".join(path)
+        path.append(fresh[0])
+        seen.add(fresh[0])
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _cycles(graph) == [frozenset({"a", "b", "c"})]
+
+
+def test_no_import_cycle() -> None:
+    cycles = _cycles(GRAPH)
+    in_report = [c for c in cycles if any(_in(m, "corl_bench.report") for m in c)]
+    assert not in_report, "import cycles in reporting: " + "; ".join(_loop(c) for c in in_report)
+    unknown = [c for c in cycles if c not in KNOWN_CYCLES]
+    assert not unknown, "import cycles: " + "; ".join(_loop(c) for c in unknown)
