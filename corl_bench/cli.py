@@ -74,9 +74,11 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
     _setup_logging(verbose)
     try:
         if resume is not None:
-            if not (resume / "config.yaml").is_file():
+            from corl_bench.results import RunDir
+
+            if not RunDir(resume).config_path.is_file():
                 raise ConfigError(f"--resume {resume}: no config.yaml there; pass a run directory (results/runs/...)")
-            config = config or resume / "config.yaml"
+            config = config or RunDir(resume).config_path
         cfg = load_config(config, _overrides(method, cohort, seed, steps, output_dir, run_id, set_))
         from corl_bench.train.runner import check_resumable, resolve, run as run_cell
 

@@ -32,6 +32,8 @@ def timed_run(cli: str, cache: Path, out: Path, extra: list[str], method: str, c
 
 
 def main() -> int:
+    from corl_bench.results import RunDir
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", default="corl")
     ap.add_argument("--cohort", default="cross-family")
@@ -46,7 +48,7 @@ def main() -> int:
         cold = timed_run(cli, cache, out, args.extra, args.method, args.cohort)
         warm = [timed_run(cli, cache, out, args.extra, args.method, args.cohort) for _ in range(args.warm)]
         runs = sorted(out.iterdir())
-        phases = [json.loads((r / "run.json").read_text())["timings"] for r in runs]
+        phases = [RunDir(r).info()["timings"] for r in runs]
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             for r in runs:

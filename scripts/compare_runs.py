@@ -17,9 +17,11 @@ from pathlib import Path
 
 
 def _runs(root: Path) -> dict[str, Path]:
-    if (root / "run.json").is_file():
+    from corl_bench.results import RunDir, find_runs
+
+    if RunDir(root).is_run():
         return {root.name: root}
-    return {p.parent.name: p.parent for p in sorted(root.glob("*/run.json"))}
+    return {rd.name: rd.path for rd in find_runs(root)}
 
 
 def main() -> int:
@@ -30,7 +32,9 @@ def main() -> int:
     ap.add_argument("b", type=Path)
     args = ap.parse_args()
     runs_a, runs_b = _runs(args.a), _runs(args.b)
-    single = len(runs_a) == len(runs_b) == 1 and (args.a / "run.json").is_file()
+    from corl_bench.results import RunDir
+
+    single = len(runs_a) == len(runs_b) == 1 and RunDir(args.a).is_run()
     pairs = [(next(iter(runs_a.values())), next(iter(runs_b.values())))] if single else \
         [(runs_a[n], runs_b.get(n)) for n in sorted(runs_a)] + [(None, runs_b[n]) for n in sorted(set(runs_b) - set(runs_a))]
     bad = 0

@@ -73,6 +73,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     args = ap.parse_args()
 
+    from corl_bench.results import RunDir
     from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
 
     cli = str(Path(sys.executable).parent / "corl-bench")
@@ -92,7 +93,7 @@ def main() -> int:
         if i % 4 == 3:  # target a checkpoint write
             mode, deadline = "checkpoint-write", t_start + duration * 1.5
             while proc.poll() is None and time.perf_counter() < deadline:
-                if any((run_dir / "checkpoints").glob(".tmp-step-*")):
+                if any(RunDir(run_dir).checkpoints_dir.glob(".tmp-step-*")):
                     break
                 time.sleep(0.002)
         else:
@@ -102,10 +103,9 @@ def main() -> int:
         finished_before_kill = proc.poll() == 0
         kill(proc)
         kills, resumes = (0 if finished_before_kill else 1), 0
-        while json.loads((run_dir / "run.json").read_text()).get("status") != "finished" if (
-                run_dir / "run.json").is_file() else True:
+        while RunDir(run_dir).info().get("status") != "finished" if RunDir(run_dir).is_run() else True:
             resumes += 1
-            if (run_dir / "config.yaml").is_file():
+            if RunDir(run_dir).config_path.is_file():
                 resume_args = ["--resume", str(run_dir)]
             else:  # killed before the run wrote its config: nothing to resume, start it again
                 shutil.rmtree(run_dir, ignore_errors=True)

@@ -324,7 +324,7 @@ def probe_generate(args: Sequence[str], benchmark: str, *, samples: int = 1, tem
         agent_dir = root / "predictions" / m.dirname
         path = agent_dir / f"{spec.name}.jsonl"
         _check_identity(agent_dir, m)
-        check_manifest(agent_dir, spec, dec, m.ref, "ours")
+        check_manifest(agent_dir, spec, dec, m.ref, "ours", seed=m.seed, chunk=chunk)
         todo = _missing(path, items, dec)
         if todo:
             from corl_bench.eval.evaluator import evaluate_spec

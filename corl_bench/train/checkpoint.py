@@ -24,8 +24,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
+from corl_bench.results import RunDir
+
 log = logging.getLogger(__name__)
-CHECKPOINTS = "checkpoints"
 COMPLETE = "COMPLETE"
 _STEP_DIR = re.compile(r"^step-(\d{6})$")
 
@@ -66,7 +67,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(run_dir: Path, step: int, agents: Sequence[Any], trainer_state: dict[str, Any],
                     keep: int = 1) -> Path:
     """Write the checkpoint to resume at ``step``; keeps the newest ``keep`` complete ones (>= 1)."""
-    root = run_dir / CHECKPOINTS
+    root = RunDir(run_dir).checkpoints_dir
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
     tmp = root / f".tmp-{name}-{os.getpid()}"
@@ -99,7 +100,7 @@ def save_checkpoint(run_dir: Path, step: int, agents: Sequence[Any], trainer_sta
 
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """Complete checkpoint folders, oldest first."""
-    root = run_dir / CHECKPOINTS
+    root = RunDir(run_dir).checkpoints_dir
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name) and (p / COMPLETE).is_file()]
@@ -109,9 +110,9 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete checkpoint (``latest`` if it names a complete one, else the newest found)."""
     found = complete_checkpoints(run_dir)
-    pointer = run_dir / CHECKPOINTS / "latest"
+    pointer = RunDir(run_dir).checkpoints_dir / "latest"
     if pointer.is_file():
-        named = run_dir / CHECKPOINTS / pointer.read_text().strip()
+        named = RunDir(run_dir).checkpoints_dir / pointer.read_text().strip()
         if named in found:
             return max(found[-1], named, key=lambda p: p.name)
     return found[-1] if found else None
@@ -135,11 +136,13 @@ def run_fingerprint(run_dir: Path) -> dict[str, Any]:
 
     from safetensors.torch import load_file
 
+    rd = RunDir(run_dir)
     metrics = [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
-               for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    samples = (run_dir / "samples.jsonl").read_text() if (run_dir / "samples.jsonl").is_file() else ""
-    preds = {str(p.relative_to(run_dir)): p.read_text() for p in sorted((run_dir / "eval").rglob("*.jsonl"))}
-    weights = {p.parent.name: load_file(p) for p in sorted((run_dir / "checkpoints" / "final").glob("*/model.safetensors"))}
+               for x in rd.metrics_path.read_text().splitlines() if x.strip()]
+    samples = rd.samples_path.read_text() if rd.samples_path.is_file() else ""
+    preds = {str(p.relative_to(rd.path)): p.read_text() for p in sorted(rd.eval_root.rglob("*.jsonl"))}
+    weights = {p.parent.name: load_file(p)
+               for p in sorted(rd.final_checkpoint("*").parent.glob("*/model.safetensors"))}
     return {"metrics": metrics, "samples": samples, "predictions": preds, "weights": weights}
 
 

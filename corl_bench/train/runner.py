@@ -16,6 +16,7 @@ from typing import Any
 
 from corl_bench.config import Config, ConfigError, dump_config
 from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
+from corl_bench.results import RunDir, atomic_write_text, read_complete_rows
 from corl_bench.registries import RegistryError
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
 def stored_config(run_dir: Path) -> dict[str, Any]:
     import yaml
 
-    path = run_dir / "config.yaml"
+    path = RunDir(run_dir).config_path
     if not path.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml; it is not a corl-bench run directory")
     return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -122,14 +123,12 @@ def stored_config(run_dir: Path) -> dict[str, Any]:
 
 def check_resumable(run_dir: Path, cfg: Config) -> dict[str, Any]:
     """run.json of ``run_dir`` if ``cfg`` is the config it was started with; one-line ConfigError naming changes."""
-    from corl_bench.results import read_json
-
     changed = config_diff(stored_config(run_dir), cfg.to_dict())
     if changed:
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
         raise ConfigError(f"cannot resume {run_dir}: the config changed: {shown}; resume with the original config "
                           "or start a new run")
-    return read_json(run_dir / "run.json")
+    return RunDir(run_dir).info()
 
 
 def find_interrupted(output_dir: Path, cfg: Config) -> Path | None:
@@ -138,12 +137,11 @@ def find_interrupted(output_dir: Path, cfg: Config) -> Path | None:
         return None
     want = cfg.to_dict()
     found = []
-    for info_path in output_dir.glob("*/run.json"):
+    for rd in (RunDir(p) for p in output_dir.iterdir() if p.is_dir()):
         try:
-            from corl_bench.results import read_json
-            info = read_json(info_path)
-            if info.get("status") != "finished" and not config_diff(stored_config(info_path.parent), want):
-                found.append(info_path.parent)
+            if rd.is_run() and rd.info().get("status") != "finished" and not config_diff(stored_config(rd.path),
+                                                                                           want):
+                found.append(rd.path)
         except (OSError, ValueError, ConfigError):
             continue
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
@@ -152,16 +150,14 @@ def find_interrupted(output_dir: Path, cfg: Config) -> Path | None:
 def _history(run_dir: Path, start: int) -> list[dict[str, dict[str, Any]]]:
     """metrics.jsonl cut back to the steps before ``start`` (rows written after the checkpoint are dropped);
     returns the kept rows as per-step {agent: metrics} for the summary."""
-    from corl_bench.results import atomic_write_text, read_complete_rows
-
+    rd = RunDir(run_dir)
     by_step: dict[int, dict[str, Any]] = {}
-    for name in ("metrics.jsonl", "samples.jsonl"):
-        path = run_dir / name
+    for path in (rd.metrics_path, rd.samples_path):
         if not path.is_file():
             continue
         rows = [r for r in read_complete_rows(path)[0] if r.get("step", 0) < start]
         atomic_write_text(path, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows))
-        if name == "metrics.jsonl":
+        if path == rd.metrics_path:
             for r in rows:
                 by_step.setdefault(r["step"], {})[r["agent"]] = r
     return [by_step[s] for s in sorted(by_step)]
@@ -201,17 +197,18 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
         info.setdefault("resumed_at", []).append(now_iso())
     else:
         run_dir = new_run_dir(Path(cfg.run.output_dir), cfg.run.run_id or default_run_id(cfg))
-        (run_dir / "config.yaml").write_text(dump_config(cfg), encoding="utf-8")
-        write_json(run_dir / "env.json", environment_record(cfg.run.seed))
+        atomic_write_text(RunDir(run_dir).config_path, dump_config(cfg))
+        write_json(RunDir(run_dir).env_path, environment_record(cfg.run.seed))
         info = {"run_id": run_dir.name, "method": cfg.method.name, "cohort": cfg.cohort.name,
                 "profile": cfg.model.profile, "seed": cfg.run.seed, "tag": cfg.run.tag, "status": "running",
                 "started_at": now_iso(),
                 "agents": [{"name": a.name, "family": a.family, "view": a.view} for a in cfg.cohort.agents],
                 "steps": cfg.run.steps, "phases": [], "timings": {}}
     started = time.time() - float(info.get("wall_seconds") or 0.0)
+    rd = RunDir(run_dir)
     with run_lock(run_dir):
         info.update(status="running")
-        write_json(run_dir / "run.json", info)
+        write_json(rd.info_path, info)
         profile = PROFILES.get(cfg.model.profile)(cfg.model)
         try:
             with RunProgress(console) as prog:
@@ -236,12 +233,12 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                         seed = eval_seed(cfg.run.seed, a.spec.seed_offset)
                         scores.setdefault(phase, {})[a.name] = {b: evaluate(
                             a.generate, specs[b], items[: cfg.eval.max_problems or None],
-                            out_path=run_dir / "eval" / phase / a.name / f"{b}.jsonl",
+                            out_path=rd.predictions_path(phase, a.name, b),
                             decoding=run_decoding(cfg.eval, specs[b]), seed=seed, resume=False,
                             progress=lambda n: prog.advance(task, n)) for b, (_, items) in benches.items()}
                     info["phases"] = [p for p in info["phases"] if p != phase] + [phase]
                     info["timings"][f"eval_{phase}"] = time.perf_counter() - t
-                    write_json(run_dir / "run.json", info)
+                    write_json(rd.info_path, info)
 
                 trainer = Trainer(cfg, agents, method, profile, run_dir)
                 checkpoint = latest_checkpoint(run_dir) if resume is not None else None
@@ -254,7 +251,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                 history = _history(run_dir, start)
                 if cfg.eval.before:
                     if "base" in info["phases"]:
-                        scores["base"] = {a.name: load_scores(run_dir / "eval" / "base" / a.name, benches)
+                        scores["base"] = {a.name: load_scores(rd.eval_dir("base", a.name), benches)
                                           for a in agents}
                     elif start == 0:
                         run_eval("base")
@@ -275,13 +272,13 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                 run_eval("final")
                 if cfg.run.save_checkpoints:
                     for a in agents:
-                        a.save(run_dir / "checkpoints" / "final" / a.name)
+                        a.save(rd.final_checkpoint(a.name))
         except BaseException as e:
             friendly = _resource_error(e, run_dir)
             info.update(status="failed", error=str(friendly) if friendly else f"{type(e).__name__}: {e}",
                         finished_at=now_iso(), wall_seconds=time.time() - started)
             try:
-                write_json(run_dir / "run.json", info)
+                write_json(rd.info_path, info)
             except OSError:
                 pass  # the disk is full or read-only: run.json keeps its previous content
             if friendly is not None:
@@ -289,7 +286,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
             raise
         info.update(status="finished", finished_at=now_iso(), wall_seconds=time.time() - started)
         info.pop("error", None)
-        write_json(run_dir / "run.json", info)
+        write_json(rd.info_path, info)
     summary_table(console, info, scores, history)
     return run_dir
 

@@ -26,7 +26,7 @@ import torch
 from corl_bench.config import Config, ConfigError
 from corl_bench.eval.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
-from corl_bench.results import append_jsonl
+from corl_bench.results import RunDir, append_jsonl
 from corl_bench.rollout import SamplingParams, as_request, prompt_text
 from corl_bench.train import grpo
 from corl_bench.train.agent import NumericalError, TrainSample, check_finite
@@ -253,6 +253,6 @@ class Trainer:
     def write(self, result: StepResult) -> None:
         rows = [{"step": result.step, "agent": name, **vals, **{f"time/{k}": v for k, v in result.seconds.items()}}
                 for name, vals in result.metrics.items()]
-        append_jsonl(self.run_dir / "metrics.jsonl", rows)
+        append_jsonl(RunDir(self.run_dir).metrics_path, rows)
         if result.samples:
-            append_jsonl(self.run_dir / "samples.jsonl", result.samples)
+            append_jsonl(RunDir(self.run_dir).samples_path, result.samples)
