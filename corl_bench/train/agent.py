@@ -11,7 +11,12 @@ agent can live in another process (a Ray actor owning its own GPUs) without any 
     update(advantages, max_len) -> UpdateStats    one GRPO step on the scored samples (one advantage each)
     update_auxiliary(name, alpha)       EMA of an auxiliary model toward the policy (Co-rewarding-II's teacher)
     state_dict() / load_state_dict()    everything a bit-identical resume needs (weights, AdamW, auxiliary models)
-    save(path)                          the policy as a save_pretrained folder
+    save(path)                          the policy as a save_pretrained folder (LoRA adapters merged)
+
+Memory (``GRPOConfig``, all off by default): ``micro_batch`` splits score() and update() into micro-batches with
+gradient accumulation (score() then keeps no graph: update() recomputes each micro-batch with grad);
+``logit_chunk`` applies the LM head chunk by chunk over the completion positions; ``gradient_checkpointing``;
+``lora_rank`` (or the agent's own) trains LoRA adapters only (:mod:`corl_bench.train.memory`).
 
 Agents never share parameters or gradients; Co-RL agents exchange extracted answers only, and that exchange happens
 in the method, above this layer.
@@ -30,7 +35,7 @@ import torch
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig
 from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, as_request, make_engine
-from corl_bench.train import grpo
+from corl_bench.train import grpo, memory
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,18 @@ class PolicyForward:
     ref_logp: torch.Tensor | None = None  # (N, T) under the frozen reference, when grpo.kl_coef > 0
 
 
+@dataclass
+class MicroBatch:
+    """One scored micro-batch (``grpo.micro_batch`` > 0): its inputs and detached statistics, no autograd graph;
+    :meth:`Agent.update` recomputes its forward pass with grad."""
+
+    ids: torch.Tensor  # (n, L) right-padded prompt + completion ids
+    att: torch.Tensor  # (n, L) attention mask
+    cmask: torch.Tensor  # (n, L) 1 on completion tokens
+    entropy: torch.Tensor  # (n,) as PolicyForward.entropy
+    self_certainty: torch.Tensor  # (n,)
+
+
 def concat_forwards(a: PolicyForward, b: PolicyForward) -> PolicyForward:
     """Stack two forward passes of one agent along the batch: (N1, T1) + (N2, T2) -> (N1+N2, max T), padding masked."""
     width = max(a.logp.shape[1], b.logp.shape[1])
@@ -122,16 +139,13 @@ class Agent:
     """One trainable model behind the plain-data boundary described in the module docstring."""
 
     def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
-                 backend: str = "hf", temperature: float = 1.0, auxiliary: Sequence[AuxiliaryModel] = ()) -> None:
+                 backend: str = "hf", temperature: float = 1.0, auxiliary: Sequence[AuxiliaryModel] = (),
+                 max_batch: int = 0) -> None:
         self.spec = spec
         self.name = spec.name
-        self.model = model
         self.tokenizer = tokenizer
         self.cfg = grpo_cfg
         self.temperature = temperature
-        self.engines = {POLICY: make_engine(backend, model, tokenizer)}
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=grpo_cfg.lr, betas=grpo_cfg.betas,
-                                           weight_decay=grpo_cfg.weight_decay)
         # auxiliary models start as frozen copies of the initial policy; one may double as the KL reference
         self.auxiliary: dict[str, Any] = {}
         self.reference = None
@@ -139,11 +153,27 @@ class Agent:
             self.auxiliary[aux.name] = module = _frozen_copy(model)
             if aux.kl_reference:
                 self.reference = module
-            if aux.generates:
-                self.engines[aux.name] = make_engine(backend, module, tokenizer)
         if grpo_cfg.kl_coef > 0 and self.reference is None:  # the KL anchor: a copy of the initial policy
             self.reference = _frozen_copy(model)
+        self.lora_rank = spec.lora_rank if spec.lora_rank is not None else grpo_cfg.lora_rank
+        if self.lora_rank:  # adapters in place, base frozen; the copies above stay plain (they follow merged weights)
+            model = memory.apply_lora(model, self.lora_rank, grpo_cfg.lora_alpha or 2.0 * self.lora_rank,
+                                      grpo_cfg.lora_dropout, grpo_cfg.lora_targets,
+                                      seed=(torch.initial_seed() + 7_919 * spec.seed_offset) % 2**63)
+        if grpo_cfg.gradient_checkpointing:
+            memory.enable_gradient_checkpointing(model)
+        self.model = model
+        engine_kwargs = {"max_batch": max_batch} if max_batch > 0 else {}
+        self.engines = {POLICY: make_engine(backend, model, tokenizer, **engine_kwargs)}
+        for aux in auxiliary:
+            if aux.generates:
+                self.engines[aux.name] = make_engine(backend, self.auxiliary[aux.name], tokenizer, **engine_kwargs)
+        params = [p for p in model.parameters() if p.requires_grad] if self.lora_rank else model.parameters()
+        self.optimizer = torch.optim.AdamW(params, lr=grpo_cfg.lr, betas=grpo_cfg.betas,
+                                           weight_decay=grpo_cfg.weight_decay)
         self._pending: PolicyForward | None = None
+        self._micro: list[MicroBatch] = []  # scored micro-batches (grpo.micro_batch > 0): tensors, no graph
+        self._splits: dict[int, memory.SplitLM] = {}
 
     # ------------------------------------------------------------------ rollouts
     def generate(self, requests: Sequence[Prompt], params: SamplingParams, *, model: str = POLICY
@@ -159,8 +189,13 @@ class Agent:
         if name not in self.auxiliary:
             raise RuntimeError(f"agent {self.name} has no auxiliary model {name!r}")
         module = self.auxiliary[name]
-        for t, p in zip(module.parameters(), self.model.parameters()):
-            t.mul_(1.0 - alpha).add_(p.detach(), alpha=alpha)
+        if memory.has_lora(self.model):  # the auxiliary model is plain: it follows the merged policy weights
+            merged = memory.merged_state_dict(self.model)
+            for key, t in module.named_parameters():
+                t.mul_(1.0 - alpha).add_(merged[key].detach(), alpha=alpha)
+        else:
+            for t, p in zip(module.parameters(), self.model.parameters()):
+                t.mul_(1.0 - alpha).add_(p.detach(), alpha=alpha)
         if name in self.engines:
             self.engines[name].sync_weights(module)
 
@@ -191,31 +226,91 @@ class Agent:
         """Logits predicting token t+1 at position t, aligned to targets ids[:, 1:]: (N, L-1, V)."""
         return model(input_ids=ids, attention_mask=att).logits[:, :-1, :]
 
+    def _split(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> memory.SplitLM:
+        """``model`` as backbone + LM head (checked once against its own logits) for the chunked path."""
+        split = self._splits.get(id(model))
+        if split is None:
+            split = self._splits[id(model)] = memory.SplitLM(model)
+        split.check(ids, att)
+        return split
+
+    def _chunked(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor, *, stats: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``grpo.logit_chunk`` > 0: log-probs (N, T) and, if ``stats``, per-sequence entropy and self-certainty (N,)
+        from the hidden states of the completion positions only, ``logit_chunk`` positions at a time.
+
+        Positions outside ``mask`` get log-prob 0 (the loss never reads them)."""
+        split = self._split(model, ids, att)
+        m = mask.bool()
+        hidden = split.hidden(ids, att)[:, :-1][m]  # (M, H): the positions that predict completion tokens
+        lp, ent, sc = grpo.chunked_token_stats(hidden, split.head, ids[:, 1:][m], self.temperature,
+                                               self.cfg.logit_chunk, stats=stats)
+        zeros = torch.zeros(mask.shape, dtype=lp.dtype, device=lp.device)
+        logp = zeros.masked_scatter(m, lp)
+        if not stats:
+            return logp, None, None
+        return (logp, grpo.masked_seq_mean(zeros.masked_scatter(m, ent), mask),
+                grpo.masked_seq_mean(zeros.masked_scatter(m, sc), mask))
+
+    def _stats(self, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sequence entropy and self-certainty (N,) of the policy, without grad (micro-batched scoring)."""
+        with torch.no_grad():
+            if self.cfg.logit_chunk:
+                _, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
+                return entropy, certainty
+            logits = self._token_logits(self.model, ids, att)
+            entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(logits, self.temperature), mask)
+            certainty = grpo.masked_seq_mean(grpo.self_certainty_from_logits(logits, self.temperature), mask)
+            return entropy, certainty
+
+    def _logp(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(N, T) log-probs of the completion tokens under ``model`` (with grad when enabled)."""
+        if self.cfg.logit_chunk:
+            return self._chunked(model, ids, att, mask, stats=False)[0]
+        return grpo.logprobs_from_logits(self._token_logits(model, ids, att), ids[:, 1:], self.temperature)
+
     def forward(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> PolicyForward:
         """The single training-side forward pass over N = len(completions) sequences (kept inside the agent).
 
         It yields the log-probs the loss is built from (with grad) and, from the same full-vocabulary logits at the
         rollout temperature, each sequence's mean token entropy (RENT) and self-certainty (Intuitor) — so
-        intrinsic rewards need no second pass over the model.
+        intrinsic rewards need no second pass over the model. With ``grpo.logit_chunk`` the logits are computed
+        chunk by chunk over the completion positions (:meth:`_chunked`) and never exist for the whole batch.
         """
         ids, att, cmask = self._batch(prompts, completions)
         targets, mask = ids[:, 1:], cmask[:, 1:]
         self.model.train()
-        logits = self._token_logits(self.model, ids, att)
-        logp = grpo.logprobs_from_logits(logits, targets, self.temperature)
-        with torch.no_grad():
-            detached = logits.detach()
-            entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(detached, self.temperature), mask)
-            certainty = grpo.masked_seq_mean(grpo.self_certainty_from_logits(detached, self.temperature), mask)
+        if self.cfg.logit_chunk:
+            logp, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
+        else:
+            logits = self._token_logits(self.model, ids, att)
+            logp = grpo.logprobs_from_logits(logits, targets, self.temperature)
+            with torch.no_grad():
+                detached = logits.detach()
+                entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(detached, self.temperature), mask)
+                certainty = grpo.masked_seq_mean(grpo.self_certainty_from_logits(detached, self.temperature), mask)
         ref_logp = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logp = grpo.logprobs_from_logits(self._token_logits(self.reference, ids, att), targets,
-                                                     self.temperature)
+                ref_logp = self._logp(self.reference, ids, att, mask)
         return PolicyForward(logp=logp, mask=mask, entropy=entropy, self_certainty=certainty, ref_logp=ref_logp)
 
     def score(self, samples: Sequence[TrainSample]) -> SampleStats:
-        """Training forward pass over ``samples``; the graph waits inside the agent for :meth:`update`."""
+        """Training forward pass over ``samples``; the graph waits inside the agent for :meth:`update`.
+
+        With ``grpo.micro_batch`` = m > 0 no graph is kept: the statistics come from a no-grad pass over m samples
+        at a time and :meth:`update` recomputes each micro-batch's forward pass with grad (memory follows m)."""
+        if self.cfg.micro_batch:
+            entropy, certainty = [], []
+            for i in range(0, len(samples), self.cfg.micro_batch):
+                part = samples[i: i + self.cfg.micro_batch]
+                ids, att, cmask = self._batch([s.request for s in part], [s.completion for s in part])
+                self.model.train()
+                ent, sc = self._stats(ids, att, cmask[:, 1:])
+                self._micro.append(MicroBatch(ids, att, cmask, ent, sc))
+                entropy += ent.tolist()
+                certainty += sc.tolist()
+            return SampleStats(entropy=entropy, self_certainty=certainty)
         fwd = self.forward([s.request for s in samples], [s.completion for s in samples])
         self._pending = fwd if self._pending is None else concat_forwards(self._pending, fwd)
         return SampleStats(entropy=fwd.entropy.tolist(), self_certainty=fwd.self_certainty.tolist())
@@ -223,6 +318,7 @@ class Agent:
     def discard(self) -> None:
         """Drop scored samples without updating (a step that failed before the update)."""
         self._pending = None
+        self._micro = []
 
     # ------------------------------------------------------------------ update
     def step(self, fwd: PolicyForward, advantages: torch.Tensor, max_len: int | None = None) -> UpdateStats:
@@ -239,6 +335,15 @@ class Agent:
         check_finite(out.loss.detach(), "loss", self.name)
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
+        grad_norm = self._apply_gradients()
+        n_tok = mask.sum(-1)
+        mean_entropy = float((fwd.entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
+        return UpdateStats(loss=float(out.loss.detach()), pg_loss=float(out.pg_loss), kl=float(out.kl),
+                           clip_fraction=float(out.clip_fraction), grad_norm=float(grad_norm),
+                           entropy=mean_entropy, n_tokens=int(mask.sum()))
+
+    def _apply_gradients(self) -> torch.Tensor:
+        """Clip the accumulated gradients, check them, take the optimiser step; returns the pre-clip grad norm."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         if not bool(torch.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -246,14 +351,63 @@ class Agent:
         self.optimizer.step()
         self.model.eval()
         self.engines[POLICY].sync_weights(self.model)
-        n_tok = mask.sum(-1)
-        mean_entropy = float((fwd.entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
-        return UpdateStats(loss=float(out.loss.detach()), pg_loss=float(out.pg_loss), kl=float(out.kl),
-                           clip_fraction=float(out.clip_fraction), grad_norm=float(grad_norm),
-                           entropy=mean_entropy, n_tokens=int(mask.sum()))
+        return grad_norm
+
+    def step_micro(self, batches: Sequence[MicroBatch], advantages: torch.Tensor, max_len: int | None = None
+                   ) -> UpdateStats:
+        """One GRPO step by gradient accumulation over scored micro-batches; ``advantages`` is (N,), N = all their
+        sequences in order. Each micro-batch's forward pass is recomputed with grad, its share of the whole-batch
+        loss (``grpo.grpo_loss_partial``, normalised by the whole batch's token / sequence count) back-propagated,
+        and its graph freed before the next; then one optimiser step. Equals :meth:`step` within float tolerance.
+        """
+        masks = [b.cmask[:, 1:] for b in batches]
+        counts = torch.cat([m.sum(-1) for m in masks])
+        width = max(m.shape[1] for m in masks)
+        denom = grpo.aggregate_denominator(counts, self.cfg.loss_agg, width, max_len)
+        tok_denom = grpo.aggregate_denominator(counts, "token-mean", width)
+        totals = torch.zeros(4, dtype=torch.float64)  # loss, pg_loss, kl, clip_fraction
+        self.optimizer.zero_grad(set_to_none=True)
+        start = 0
+        for b, mask in zip(batches, masks):
+            adv = advantages[start: start + mask.shape[0]].to(mask.device)
+            start += mask.shape[0]
+            self.model.train()
+            logp = self._logp(self.model, b.ids, b.att, mask)
+            ref_logp = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_logp = self._logp(self.reference, b.ids, b.att, mask)
+            out = grpo.grpo_loss_partial(logp, logp.detach(), adv, mask, denominator=denom,
+                                         token_denominator=tok_denom, loss_agg=self.cfg.loss_agg,
+                                         clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high,
+                                         kl_coef=self.cfg.kl_coef, ref_logp=ref_logp)
+            try:
+                check_finite(out.loss.detach(), "loss", self.name)
+            except NumericalError:
+                self.optimizer.zero_grad(set_to_none=True)
+                self.model.eval()
+                raise
+            out.loss.backward()
+            totals += torch.tensor([float(out.loss.detach()), float(out.pg_loss), float(out.kl),
+                                    float(out.clip_fraction)], dtype=torch.float64)
+            del logp, ref_logp, out
+        grad_norm = self._apply_gradients()
+        entropy = torch.cat([b.entropy for b in batches])
+        n_tok = counts.to(entropy.dtype)
+        mean_entropy = float((entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
+        loss, pg_loss, kl, clip = totals.tolist()
+        return UpdateStats(loss=loss, pg_loss=pg_loss, kl=kl, clip_fraction=clip, grad_norm=float(grad_norm),
+                           entropy=mean_entropy, n_tokens=int(counts.sum()))
 
     def update(self, advantages: Sequence[float] | torch.Tensor, max_len: int | None = None) -> UpdateStats:
         """One GRPO update on everything scored since the last update, one advantage per scored sample."""
+        if self._micro:
+            batches, self._micro = self._micro, []
+            adv = torch.as_tensor(advantages, dtype=torch.float32).reshape(-1)
+            n = sum(b.ids.shape[0] for b in batches)
+            if adv.numel() != n:
+                raise RuntimeError(f"agent {self.name}: {adv.numel()} advantages for {n} scored samples")
+            return self.step_micro(batches, adv, max_len=max_len)
         if self._pending is None:
             raise RuntimeError(f"agent {self.name}: update() without scored samples; call score() first")
         fwd, self._pending = self._pending, None
@@ -285,6 +439,11 @@ class Agent:
             engine.sync_weights(self.model if name == POLICY else self.auxiliary[name])
 
     def save(self, path: Path) -> None:
+        """The policy as a ``save_pretrained`` folder; with LoRA the adapters merged into the base weights (a plain
+        model of the base architecture that any loader reads; the adapters alone are in :meth:`state_dict`)."""
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
+        if memory.has_lora(self.model):
+            self.model.save_pretrained(path, state_dict=memory.merged_state_dict(self.model))
+        else:
+            self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -323,3 +324,155 @@ def grpo_loss(
     pg_loss = aggregate(pg_tok.detach(), m, mode, max_len)
     clip_fraction = aggregate(clipped.to(logp.dtype), m, "token-mean")
     return LossOutput(loss=loss, pg_loss=pg_loss, kl=kl, clip_fraction=clip_fraction)
+
+
+# ------------------------------------------------------------------------------------------- micro-batches
+# Gradient accumulation: the batch of N sequences is split into micro-batches; each micro-batch's loss *share* is
+# built and back-propagated on its own, then one optimiser step follows. The shares sum to the full-batch loss
+# (and their gradients to its gradient) because every aggregation mode is a sum over sequences divided by a
+# batch-wide constant, computed once from the whole batch's token counts by ``aggregate_denominator``.
+
+
+def aggregate_denominator(counts: Tensor, mode: str, width: int, max_len: int | None = None) -> float:
+    """The batch-wide constant ``aggregate`` divides by, from the whole batch's token counts.
+
+    counts: (N,) masked (completion) tokens of every sequence of the whole batch; width: T, the padded length of
+    the whole batch (only used by seq-mean-token-sum-norm without ``max_len``); mode: canonical name or alias.
+    - token-mean: max(sum(counts), 1)            (all tokens of the batch)
+    - seq-mean-token-mean: max(#(counts > 0), 1)  (sequences with at least one token)
+    - seq-mean-token-sum-norm: N * L with L = max_len if given else width
+    Returns a Python float (no grad).
+    """
+    mode = resolve_loss_agg(mode)
+    if counts.dim() != 1:
+        raise ValueError(f"counts must be (N,), got {tuple(counts.shape)}")
+    if mode == "token-mean":
+        return max(float(counts.sum()), 1.0)
+    if mode == "seq-mean-token-mean":
+        return max(float((counts > 0).sum()), 1.0)
+    L = width if max_len is None else max_len
+    if L <= 0:
+        raise ValueError(f"max_len must be > 0, got {max_len}")
+    return float(max(counts.shape[0], 1) * L)
+
+
+def aggregate_partial(values: Tensor, mask: Tensor, mode: str, denominator: float) -> Tensor:
+    """One micro-batch's share of ``aggregate`` over the whole batch.
+
+    values: (n, t) float, one micro-batch (n sequences, padded to its own t); mask: (n, t) 0/1 or bool;
+    denominator: ``aggregate_denominator`` of the whole batch. Returns a scalar:
+    - token-mean, seq-mean-token-sum-norm: sum(v*m) / denominator
+    - seq-mean-token-mean: sum_i [sum_t(v*m)_i / max(sum_t m_i, 1)] / denominator
+    Summed over the micro-batches of a batch this equals ``aggregate`` of the whole batch (up to float summation
+    order); so do the gradients. Values outside the mask are ignored (even NaN).
+    """
+    mode = resolve_loss_agg(mode)
+    _check_nt("mask", mask, values)
+    if values.dim() != 2:
+        raise ValueError(f"values must be (n, t), got {tuple(values.shape)}")
+    if denominator <= 0:
+        raise ValueError(f"denominator must be > 0, got {denominator}")
+    m = mask.bool()
+    v = torch.where(m, values, torch.zeros_like(values))
+    if mode == "seq-mean-token-mean":
+        counts = m.to(values.dtype).sum(dim=-1)
+        return (v.sum(dim=-1) / counts.clamp(min=1.0)).sum() / denominator
+    return v.sum() / denominator
+
+
+def grpo_loss_partial(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    denominator: float,
+    token_denominator: float,
+    loss_agg: str = "token-mean",
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    kl_coef: float = 0.0,
+    ref_logp: Tensor | None = None,
+    dual_clip: float | None = None,
+) -> LossOutput:
+    """One micro-batch's share of ``grpo_loss`` over the whole batch (gradient accumulation).
+
+    logp, old_logp, mask, ref_logp: (n, t) of the micro-batch; advantages: (n,) or (n, t).
+    denominator: ``aggregate_denominator(counts, loss_agg, T, max_len)`` of the whole batch; token_denominator:
+    ``aggregate_denominator(counts, "token-mean", T)`` (the token-mean ``kl`` and ``clip_fraction`` use it).
+    Every field of the result is this micro-batch's share: summed over the micro-batches of a batch, each equals
+    the field ``grpo_loss`` gives for the whole batch (loss with grad; the others detached).
+    """
+    mode = resolve_loss_agg(loss_agg)
+    if kl_coef < 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    if kl_coef > 0 and ref_logp is None:
+        raise ValueError("kl_coef > 0 needs ref_logp (reference-model log-probs)")
+    pg_tok, clipped = policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high, dual_clip)
+    m = mask.bool()
+    per_tok = pg_tok
+    kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    if ref_logp is not None:
+        k3 = torch.where(m, kl_k3(logp, ref_logp), torch.zeros_like(logp))
+        kl = aggregate_partial(k3.detach(), m, "token-mean", token_denominator)
+        if kl_coef > 0:
+            per_tok = pg_tok + kl_coef * k3
+    loss = aggregate_partial(per_tok, m, mode, denominator)
+    pg_loss = aggregate_partial(pg_tok.detach(), m, mode, denominator)
+    clip_fraction = aggregate_partial(clipped.to(logp.dtype), m, "token-mean", token_denominator)
+    return LossOutput(loss=loss, pg_loss=pg_loss, kl=kl, clip_fraction=clip_fraction)
+
+
+# ------------------------------------------------------------------------------------------- chunked logits
+def chunked_token_stats(
+    hidden: Tensor,
+    head: Callable[[Tensor], Tensor],
+    tokens: Tensor,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+    *,
+    stats: bool = True,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Log-probs (and entropy, self-certainty) of M positions without their (M, V) logits existing at once.
+
+    hidden: (M, H) final hidden states of M positions (any dtype; with grad or not); head: (m, H) -> (m, V) raw
+    logits (the LM head with the model's logit scaling / soft-capping); tokens: (M,) int64 targets.
+    Returns (logp, entropy, self_certainty), each (M,) float32: logp = ``logprobs_from_logits`` (with grad when
+    hidden or head's parameters require it); entropy and self-certainty (``entropy_from_logits``,
+    ``self_certainty_from_logits``) detached, or None when ``stats`` is False.
+
+    The head is applied to ``chunk`` rows at a time. With grad enabled each chunk runs under
+    ``torch.utils.checkpoint`` (non-reentrant), so only the chunk's (chunk, H) input is kept for backward and its
+    (chunk, V) logits are recomputed there, one chunk at a time: peak memory is O(chunk * V), not O(M * V).
+    """
+    if hidden.dim() != 2 or tokens.dim() != 1 or hidden.shape[0] != tokens.shape[0]:
+        raise ValueError(f"hidden (M, H) and tokens (M,) expected, got {tuple(hidden.shape)}, {tuple(tokens.shape)}")
+    if chunk <= 0:
+        raise ValueError(f"chunk must be > 0, got {chunk}")
+
+    def one(h: Tensor, t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        logits = head(h)
+        lp = logprobs_from_logits(logits, t, temperature)
+        if not stats:  # empty placeholders keep the checkpointed function's outputs uniform
+            return lp, lp.new_zeros(0), lp.new_zeros(0)
+        with torch.no_grad():  # computed after lp: a checkpoint recompute stops before reaching these
+            d = logits.detach()
+            return lp, entropy_from_logits(d, temperature), self_certainty_from_logits(d, temperature)
+
+    use_ckpt = torch.is_grad_enabled()
+    parts: list[tuple[Tensor, Tensor, Tensor]] = []
+    for i in range(0, hidden.shape[0], chunk):
+        h, t = hidden[i: i + chunk], tokens[i: i + chunk]
+        if use_ckpt:
+            from torch.utils.checkpoint import checkpoint
+
+            parts.append(checkpoint(one, h, t, use_reentrant=False))
+        else:
+            parts.append(one(h, t))
+    if not parts:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if stats else None), (empty if stats else None)
+    logp = torch.cat([p[0] for p in parts])
+    if not stats:
+        return logp, None, None
+    return logp, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
