@@ -5,10 +5,12 @@ A run directory (``results/runs/<run_id>/``) holds::
     config.yaml          the resolved config (cohort expanded, defaults filled)
     env.json             package versions, python, platform, seed, git commit, command line
     run.json             method, cohort, agents, status (running | finished | failed), timings
-    metrics.jsonl        one line per step and agent: rewards and label-free diagnostics
+    metrics.jsonl        one line per step and agent: rewards and label-free diagnostics; plus an event row
+                         (``"event": "collapse-alarm"``) when the collapse alarm fires, which step readers skip
     samples.jsonl        every N steps: prompt, completion, extracted answer, pseudo-label, hidden truth, reward
     eval/<phase>/<agent>/<benchmark>.jsonl   per-sample predictions (phase: base | step-NNNNNN | final)
     eval/<phase>/<agent>/eval_manifest.json  per benchmark: version and decoding (``corl-bench eval`` targets)
+    selection/<phase>/<agent>/<benchmark>.jsonl   eval.select dev / label-free: the held-out split's predictions
     checkpoints/step-NNNNNN/, checkpoints/latest   resumable training checkpoints (corl_bench.train.checkpoint)
     checkpoints/final/<agent>/               save_pretrained folders
     .lock                held (flock) by the process that writes the run
@@ -140,9 +142,20 @@ METRICS = "metrics.jsonl"
 SAMPLES = "samples.jsonl"
 EVAL = "eval"
 EVAL_MANIFEST = "eval_manifest.json"
+SELECTION = "selection"
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
 LOCK = ".lock"
+
+
+EVENT = "event"
+"""The key that marks an event row of metrics.jsonl (a collapse alarm): rows with it are not step metrics."""
+
+
+def is_event(row: Mapping[str, Any]) -> bool:
+    """Whether a metrics.jsonl row is an event (e.g. ``"event": "collapse-alarm"``) rather than one step's metrics
+    of one agent; every reader of step metrics skips these."""
+    return EVENT in row
 
 
 def step_phase(step: int) -> str:
@@ -203,6 +216,15 @@ class RunDir:
         return self.path / EVAL
 
     @property
+    def selection_root(self) -> Path:
+        """``selection/``: predictions on the held-out split that ``eval.select`` dev / label-free decide on
+        (``selection/<phase>/<agent>/<benchmark>.jsonl``), kept apart from ``eval/`` so no table shows them."""
+        return self.path / SELECTION
+
+    def selection_path(self, phase: str, agent: str, benchmark: str) -> Path:
+        return self.selection_root / phase / agent / f"{benchmark}.jsonl"
+
+    @property
     def checkpoints_dir(self) -> Path:
         """``checkpoints/``: resumable ``step-NNNNNN`` folders and ``latest`` (see corl_bench.train.checkpoint),
         and ``final/<agent>``."""
@@ -256,9 +278,17 @@ class RunDir:
             if isinstance(agents, list) else []
 
     def metrics(self, *, error: type[Exception] = ValueError, complete_only: bool = False) -> list[dict[str, Any]]:
-        """The rows of metrics.jsonl; ``complete_only`` skips a torn last line (a killed run) instead of raising
-        ``error``. A missing file raises ``FileNotFoundError`` (strict) or has no rows (``complete_only``)."""
-        return self._rows(self.metrics_path, error, complete_only)
+        """The per-step rows of metrics.jsonl (event rows such as a collapse alarm are left out: :meth:`events`);
+        ``complete_only`` skips a torn last line (a killed run) instead of raising ``error``. A missing file raises
+        ``FileNotFoundError`` (strict) or has no rows (``complete_only``)."""
+        return [r for r in self._rows(self.metrics_path, error, complete_only) if not is_event(r)]
+
+    def events(self, *, error: type[Exception] = ValueError, complete_only: bool = True) -> list[dict[str, Any]]:
+        """The event rows of metrics.jsonl (``{"step", "agent", "event": "collapse-alarm", ...}``), in file order;
+        none when the file is missing."""
+        if not self.metrics_path.is_file():
+            return []
+        return [r for r in self._rows(self.metrics_path, error, complete_only) if is_event(r)]
 
     def samples(self, *, error: type[Exception] = ValueError, complete_only: bool = False) -> list[dict[str, Any]]:
         """The rows of samples.jsonl (as :meth:`metrics`)."""

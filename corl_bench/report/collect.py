@@ -23,7 +23,7 @@ import logging
 import re
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -123,11 +123,12 @@ class AgentResult:
     family: str
     seed: int
     profile: str
-    final: dict[str, BenchmarkScores]
+    final: dict[str, BenchmarkScores]  # the reported phase: final, or the one eval.select chose (``phase``)
     base: dict[str, BenchmarkScores]
+    phase: str = "final"  # which evaluation phase ``final`` holds (run.json ``selection``, else "final")
 
     def metrics(self, phase: str = "final") -> Scores:
-        """benchmark -> metric -> value for ``phase`` ("final" or "base")."""
+        """benchmark -> metric -> value for ``phase`` ("final": the reported checkpoint, or "base")."""
         return {b: s.metrics() for b, s in getattr(self, phase).items()}
 
 
@@ -144,6 +145,8 @@ class RunInfo:
     steps: Optional[int]  # run.json "steps" (else config run.steps); None if unknown
     decoding: Optional[tuple[tuple[str, Any], ...]]  # config.yaml eval: (key, value) for DECODING_KEYS; None if unread
     versions: tuple[tuple[str, str], ...]  # (benchmark, benchmark_version) pairs seen in its predictions
+    selection: Optional[tuple[str, str]] = None  # (eval.select rule, its benchmark) when a phase was selected
+    stopped_after: Optional[int] = None  # steps trained when run.stop_on_collapse ended the run early
 
 
 @dataclass(frozen=True)
@@ -274,9 +277,23 @@ def _run_info(run: RunDir, rel: str, meta: Mapping[str, Any], versions: dict[str
                    tuple((b, v) for b in sorted(versions) for v in sorted(versions[b])))
 
 
-def _load_run(run: RunDir, rel: str, phase: str,
-              base_phase: str) -> tuple[list[AgentResult], Optional[RunInfo], list[str]]:
-    """Scores of every agent of one run, its RunInfo (None if it has no results) and warnings; raises DamagedRun."""
+def selected_phases(meta: Mapping[str, Any]) -> tuple[Optional[tuple[str, str]], dict[str, str]]:
+    """(rule, benchmark) and agent -> phase of run.json's ``selection`` (eval.select); (None, {}) when the run
+    reports its final checkpoint or the record is unreadable."""
+    sel = meta.get("selection")
+    if not isinstance(sel, Mapping) or not isinstance(sel.get("rule"), str) or sel.get("rule") == "final":
+        return None, {}
+    agents = sel.get("agents") if isinstance(sel.get("agents"), Mapping) else {}
+    phases = {str(a): c["phase"] for a, c in agents.items()
+              if isinstance(c, Mapping) and isinstance(c.get("phase"), str) and re.fullmatch(r"[\w.-]+", c["phase"])}
+    return (sel["rule"], str(sel.get("benchmark") or "")), phases
+
+
+def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
+              selected: bool = True) -> tuple[list[AgentResult], Optional[RunInfo], list[str]]:
+    """Scores of every agent of one run, its RunInfo (None if it has no results) and warnings; raises DamagedRun.
+
+    ``phase`` "final" with ``selected``: each agent's phase that run.json's ``selection`` names (eval.select)."""
     try:
         meta = run.info()
     except json.JSONDecodeError as exc:
@@ -298,15 +315,20 @@ def _load_run(run: RunDir, rel: str, phase: str,
     warnings: list[str] = []
     versions: dict[str, set[str]] = {}
     results, missing = [], []
+    selection, chosen = selected_phases(meta) if selected and phase == "final" else (None, {})
     for index, agent in enumerate(agents):
         name = agent["name"]
-        final = _load_phase(run, phase, name, rel, warnings, versions)
+        use = chosen.get(name, phase)
+        if use != phase and not run.benchmarks(use, name):
+            warnings.append(f"{rel}: {name}'s selected phase {use} has no predictions; showing {phase}")
+            use = phase
+        final = _load_phase(run, use, name, rel, warnings, versions)
         base = _load_phase(run, base_phase, name, rel, warnings, versions)
         if not final:
             missing.append(name)
             continue
         results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, str(agent.get("family", "")),
-                                   seed, profile, final, base))
+                                   seed, profile, final, base, use))
     if not results:
         suffix = "" if status == "finished" else f" (status {status!r})"
         return [], None, warnings + [f"{rel} has no predictions for phase {phase}{suffix}; skipped"]
@@ -316,7 +338,11 @@ def _load_run(run: RunDir, rel: str, phase: str,
         warnings.append(f"{rel} has status {status!r}; showing its {phase} predictions as they are")
     if not any(r.base for r in results):
         warnings.append(f"{rel} has no predictions for phase {base_phase}; Δ base left empty")
-    return results, _run_info(run, rel, meta, versions, warnings), warnings
+    info = _run_info(run, rel, meta, versions, warnings)
+    stopped = meta.get("stopped_after_step") if meta.get("stopped") == "collapse" else None
+    info = replace(info, selection=selection,
+                   stopped_after=stopped if isinstance(stopped, int) and not isinstance(stopped, bool) else None)
+    return results, info, warnings
 
 
 def natural_key(text: str) -> list[Any]:
@@ -324,8 +350,12 @@ def natural_key(text: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
-def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str = "base") -> Collected:
-    """Every readable run under ``results_dir``: per-agent results, run infos (in run order) and warnings."""
+def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str = "base",
+                    selected: bool = True) -> Collected:
+    """Every readable run under ``results_dir``: per-agent results, run infos (in run order) and warnings.
+
+    ``phase`` "final" reports each agent's selected checkpoint where run.json records an ``eval.select`` choice
+    (``selected=False``: always the final one)."""
     results_dir = Path(results_dir)
     warnings: list[str] = []
     results: list[AgentResult] = []
@@ -333,7 +363,7 @@ def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str 
     for run in find_run_dirs(results_dir):
         rel = rel_path(run.path, results_dir)
         try:
-            run_results, info, run_warnings = _load_run(run, rel, phase, base_phase)
+            run_results, info, run_warnings = _load_run(run, rel, phase, base_phase, selected)
         except DamagedRun as exc:
             warnings.append(f"skipping {rel}: {exc}")
             continue

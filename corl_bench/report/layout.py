@@ -375,6 +375,50 @@ def _unranked_text(blocks: Sequence[Block]) -> str:
     return ", ".join(parts) + " and tagged rows"
 
 
+def selection_text(rule: str, benchmark: str) -> str:
+    """How a table footer states an ``eval.select`` rule (the test-oracle one in bold: it is optimistic)."""
+    if rule == "dev":
+        return f"selected on {benchmark} (labelled, disjoint from test)"
+    if rule == "label-free":
+        return (f"selected label-free by peer agreement on {benchmark} (majority answers, labels unread; phases "
+                "before a collapse alarm)")
+    if rule == "test-oracle":
+        return f"**selected on the test set (test-oracle): optimistic** (best {benchmark} pass@1)"
+    return f"selected by {rule} on {benchmark}"
+
+
+def _checkpoint_lines(runs: Sequence[RunInfo], warnings: list[str]) -> list[str]:
+    """The footer's checkpoint rule: final (steps, mixed or not), or each eval.select rule and its runs; runs that
+    stopped early on the collapse alarm are named."""
+    lines = []
+    final_runs = [r for r in runs if r.selection is None]
+    chosen: dict[tuple[str, str], list[str]] = {}
+    for r in runs:
+        if r.selection is not None:
+            chosen.setdefault(r.selection, []).append(r.run_id)
+    steps = sorted({r.steps for r in final_runs if r.steps is not None})
+    of = f" in {_names([r.run_id for r in final_runs])}" if chosen and final_runs else ""
+    if final_runs and len(steps) > 1:
+        lines.append(f"Checkpoint: final checkpoint after mixed steps ({', '.join(map(str, steps))}), no selection "
+                     f"on test data{of}.")
+        warnings.append("runs differ in training steps: " + "; ".join(
+            f"{s} steps in {_names([r.run_id for r in final_runs if r.steps == s])}" for s in steps))
+    elif final_runs:
+        after = f" after {steps[0]} steps" if steps else " (steps not recorded)"
+        lines.append(f"Checkpoint: final checkpoint{after}, no selection on test data{of}.")
+    for (rule, bench), ids in chosen.items():
+        lines.append(f"Checkpoint: {selection_text(rule, bench)}, among the eval.every phases and final, in "
+                     f"{_names(ids)}.")
+        if rule == "test-oracle":
+            warnings.append(f"{_names(ids)} selected their checkpoint on the test set {bench} (eval.select="
+                            "test-oracle): their numbers are optimistic")
+    stopped = [r for r in runs if r.stopped_after is not None]
+    if stopped:
+        lines.append("Stopped early by the collapse alarm (run.stop_on_collapse): " + ", ".join(
+            f"{r.run_id} after {r.stopped_after} steps" for r in stopped) + ".")
+    return lines
+
+
 def _footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[Block], runs: Sequence[RunInfo],
             warnings: list[str]) -> list[str]:
     first = METRIC_LABELS[metrics[0]]
@@ -417,15 +461,7 @@ def _footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[
             text += " (not a registered benchmark: default math grading)"
         bench_parts.append(text)
     lines.append("Benchmarks: " + "; ".join(bench_parts) + ".")
-    steps = sorted({r.steps for r in runs if r.steps is not None})
-    if len(steps) > 1:
-        lines.append(f"Checkpoint: final checkpoint after mixed steps ({', '.join(map(str, steps))}), no selection "
-                     "on test data.")
-        warnings.append("runs differ in training steps: " + "; ".join(
-            f"{s} steps in {_names([r.run_id for r in runs if r.steps == s])}" for s in steps))
-    else:
-        after = f" after {steps[0]} steps" if steps else " (steps not recorded)"
-        lines.append(f"Checkpoint: final checkpoint{after}, no selection on test data.")
+    lines += _checkpoint_lines(runs, warnings)
     seeds = sorted({s for b in blocks for row in b.rows for s in row.seeds})
     lines.append(f"Seeds: {', '.join(map(str, seeds))}.")
     sources = []

@@ -143,6 +143,16 @@ def _load_metrics(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]] | None:
     return out
 
 
+def _alarm_steps(run_dir: Path) -> dict[str, int]:
+    """agent -> the step its collapse alarm fired (the event rows of metrics.jsonl; {} when none or unreadable)."""
+    try:
+        events = RunDir(run_dir).events()
+    except (OSError, ValueError):
+        return {}
+    return {str(e["agent"]): int(e["step"]) for e in events
+            if e.get("event") == "collapse-alarm" and isinstance(e.get("step"), int) and "agent" in e}
+
+
 def phase_step(phase: str, steps: int | None) -> int | None:
     """Training steps behind an evaluation phase: base -> 0, step-N -> N, final -> ``steps``; None if unknown."""
     if phase == "base":
@@ -385,8 +395,11 @@ def run_png(run_dir: str | Path, warnings: list[str] | None = None) -> bytes:
         _eval_panel(ax, title, per_agent, agents, colors)
     for ax in axes[n_panels:]:
         ax.set_visible(False)
+    alarms = _alarm_steps(info.run_dir)
     for ax in axes[:n_panels]:
         if ax.has_data():
+            for agent, step in alarms.items():  # the collapse alarm: a dashed line at the step it fired
+                ax.axvline(step, color=colors.get(agent, "0.3"), ls="--", lw=1.2, alpha=0.9)
             ax.set_xlim(-0.02 * max(x_max, 1), x_max * 1.02 + 0.5)
             ax.set_xlabel("training step", fontsize=9)
             ax.tick_params(labelsize=8)
@@ -398,8 +411,11 @@ def run_png(run_dir: str | Path, warnings: list[str] | None = None) -> bytes:
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.8 / height), h_pad=1.2, w_pad=1.2)  # before the header: it ignores it
     fig.suptitle(info.title, fontsize=13, y=1 - 0.06 / height, va="top")
+    marked = f"; dashed vertical: collapse alarm ({', '.join(f'{a} at step {s}' for a, s in alarms.items())})" \
+        if alarms else ""
     fig.text(0.5, 1 - 0.33 / height, f"{info.run_dir.name} — faint: per step, bold: moving average over "
-             f"{window} steps; eval: x = steps trained (base = 0)", ha="center", va="top", fontsize=8.5, color="0.35")
+             f"{window} steps; eval: x = steps trained (base = 0){marked}", ha="center", va="top", fontsize=8.5,
+             color="0.35")
     if handles:
         fig.legend(handles, agents, loc="upper center", ncol=min(len(agents), 6), fontsize=9, frameon=False,
                    bbox_to_anchor=(0.5, 1 - 0.47 / height))

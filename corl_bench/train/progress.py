@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, Task, TaskID, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.table import Table
+from rich.text import Text
 
 from corl_bench.console import print_wide
 
@@ -59,6 +60,14 @@ class RunProgress:
             self.console.log(text)
         else:
             self.console.print(f"{stamp()} {text}", markup=False, highlight=False, soft_wrap=True)
+
+    def alarm(self, text: str) -> None:
+        """A warning that must not be missed (the collapse alarm): bold red beside the bars in a terminal, one plain
+        timestamped line in logs."""
+        if self.live:
+            self.console.log(Text(text, style="bold red"))
+        else:
+            self.say(text)
 
     def add(self, description: str, total: int) -> TaskID:
         task = self.progress.add_task(description, total=total, status="")
@@ -122,6 +131,46 @@ def _tail_mean(history: list[dict[str, dict[str, float | None]]], agent: str, ke
     return sum(vals) / len(vals) if vals else None
 
 
+def _alarm_text(row: dict) -> str:
+    signals = row.get("signals") or {}
+    parts = [f"{name} {s['baseline']:.3g} -> {s['now']:.3g}" for name, s in signals.items()
+             if isinstance(s, dict) and s.get("baseline") is not None and s.get("now") is not None]
+    shape = f"{row['shape']}, " if row.get("shape") else ""
+    return (f"{row.get('agent')} at step {row.get('step')}: {shape}{' + '.join(row.get('symptoms') or ())}"
+            + (f" ({', '.join(parts)})" if parts else ""))
+
+
+SELECTION_TEXT = {"dev": "selected on {benchmark} (labelled, disjoint from test)",
+                  "label-free": "selected label-free by peer agreement on {benchmark} (labels unread)",
+                  "test-oracle": "selected on the test set {benchmark} (test-oracle): optimistic"}
+
+
+def run_notes(info: dict) -> list[str]:
+    """The end-of-run lines about the collapse alarm, an early stop and the reported checkpoint, from run.json."""
+    lines = []
+    alarms = info.get("collapse_alarms")
+    if alarms is None:
+        lines.append("collapse alarm: off (monitor.collapse_alarm=false)")
+    elif not alarms:
+        lines.append("collapse alarm: silent (label-free signals against each agent's first steps)")
+    else:
+        lines += [f"collapse alarm: {_alarm_text(a)}" for a in alarms]
+    if info.get("stopped") == "collapse":
+        lines.append(f"stopped early after {info.get('stopped_after_step')} of {info.get('steps')} steps on the "
+                     "collapse alarm (run.stop_on_collapse); final = the weights at the stop")
+    sel = info.get("selection")
+    if isinstance(sel, dict) and sel.get("rule") in SELECTION_TEXT:
+        chosen = []
+        for agent, c in (sel.get("agents") or {}).items():
+            value = (c.get("values") or {}).get(c.get("phase"))
+            chosen.append(f"{agent} {c.get('phase')}" + (f" ({_fmt(value)})" if value is not None else ""))
+        lines.append("checkpoint: " + SELECTION_TEXT[sel["rule"]].format(benchmark=sel.get("benchmark")) + " — "
+                     + ", ".join(chosen) + "; the table above shows final")
+    else:
+        lines.append("checkpoint: final")
+    return lines
+
+
 def summary_table(console: Console | None, info: dict, scores: dict, history: list) -> Table:
     """Per agent and benchmark: base → final (greedy, pass@1, maj@k) and the label-free diagnostics at the end."""
     console = console or Console(stderr=True)
@@ -141,8 +190,10 @@ def summary_table(console: Console | None, info: dict, scores: dict, history: li
                           _fmt(_tail_mean(history, agent, "peer/agreement")),
                           _raw(_tail_mean(history, agent, "reward/mean")))
     print_wide(console, table)
-    timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in info.get("timings", {}).items())
     whole = not console.is_terminal  # a log line is never broken at 80 columns
+    for line in run_notes(info):
+        console.print(line, soft_wrap=whole, markup=False, highlight=False)
+    timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in info.get("timings", {}).items())
     console.print(f"time per phase: {timings}", soft_wrap=whole)
     console.print("diagnostics: mean over the last 20 % of steps (reward in its own units); "
                   "scores in %, recomputed from "
