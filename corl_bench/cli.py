@@ -105,10 +105,16 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
 
 @app.command()
 def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (default: built-in defaults)"),
+             config_opt: Optional[Path] = typer.Option(None, "--config", help="YAML config (as in run)"),
              set_: list[str] = typer.Option([], "--set", "-s", help="override, e.g. --set grpo.lr=3e-5"),
              method: Optional[str] = typer.Option(None, "--method", "-m"),
              cohort: Optional[str] = typer.Option(None, "--cohort", "-c")) -> None:
-    """Check a config without training: print the resolved config and the derived batch sizes."""
+    """Check a config without training: print the resolved config and the derived batch sizes (warnings, e.g. a
+    hub model that will be downloaded, go to stderr)."""
+    _setup_logging(False)
+    if config is not None and config_opt is not None and config != config_opt:
+        _fail(f"two configs given ({config} and --config {config_opt}); pass one")
+    config = config or config_opt
     try:
         cfg = load_config(config, _overrides(method, cohort, None, None, None, None, set_))
         from corl_bench.train.runner import resolve

@@ -347,6 +347,7 @@ ENGINES.register_lazy("fast", "corl_bench.rollout.fast:FastEngine")
 #: Profiles (:class:`corl_bench.profile.Profile` classes), by ``model.profile``.
 PROFILES: Registry[Any] = Registry("profile", entry_point_group="corl_bench.profiles")
 PROFILES.register_lazy("micro", "corl_bench.micro.profile:MicroProfile")
+PROFILES.register_lazy("hf", "corl_bench.hf.profile:HFProfile")
 COHORTS: Registry[CohortConfig] = Registry("cohort", loaders=(_load_builtin_cohorts,))
 BENCHMARKS: Registry[dict[str, Any]] = Registry("benchmark", loaders=(_load_builtin_benchmarks,))
 FAMILIES: Registry[Any] = Registry("model family", loaders=(_load_micro_families,))

@@ -421,6 +421,6 @@ def test_dump_config_round_trips_a_resolved_config_with_agents(tmp_path: Path) -
 
 def test_dump_config_is_plain_yaml() -> None:
     data = yaml.safe_load(dump_config(load_config()))
-    assert list(data) == ["model", "rollout", "grpo", "method", "cohort", "eval", "data", "run"]
+    assert list(data) == ["model", "rollout", "grpo", "method", "cohort", "eval", "data", "run", "monitor"]
     assert data["grpo"]["betas"] == [0.9, 0.99]
     assert config_from_dict(data) == load_config()

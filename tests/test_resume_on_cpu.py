@@ -274,3 +274,26 @@ def test_a_training_pool_is_read_in_reshuffled_epochs(root):
     assert [next(b.stream).id for _ in range(8)] == ids[7:15]
     with pytest.raises(ConfigError, match="data.train_pool must be >= 0"):
         config(root, "pool", **{"data.train_pool": -1})
+
+
+def test_a_run_written_before_a_config_field_existed_still_resumes(tmp_path):
+    """config.yaml of an older version lacks fields added since; they take their defaults and the run resumes."""
+    import yaml
+
+    from corl_bench.config import load_config
+    from corl_bench.train.runner import check_resumable, config_diff, stored_config
+
+    cfg = load_config(None, ["run.steps=3"])
+    old = cfg.to_dict()
+    del old["rollout"]["backend"], old["eval"]["every"]  # as if written before these fields existed
+    for agent in old["cohort"]["agents"] or []:
+        agent.pop("seed_offset", None)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(old))
+    (run_dir / "run.json").write_text('{"status": "running"}')
+    assert config_diff(stored_config(run_dir), cfg.to_dict()) == []
+    assert check_resumable(run_dir, cfg)["status"] == "running"
+    changed = load_config(None, ["run.steps=3", "eval.every=5"])
+    with pytest.raises(Exception, match="eval.every"):
+        check_resumable(run_dir, changed)

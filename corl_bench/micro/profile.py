@@ -95,6 +95,7 @@ class MicroProfile:
     def __init__(self, model_cfg: ModelConfig | None = None) -> None:
         cfg = model_cfg or ModelConfig()
         self.cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
+        self.dtype = cfg.dtype
 
     # ------------------------------------------------------------------ models
     def family(self, name: str) -> Family:
@@ -158,14 +159,25 @@ class MicroProfile:
         """:meth:`ensure_checkpoints` (the Profile protocol's name)."""
         return self.ensure_checkpoints(families, progress)
 
-    def load(self, family: str) -> tuple[Any, Any]:
-        """Load a cached checkpoint (model in eval mode, left-padding tokenizer)."""
+    def load(self, family: str, device: str | None = None) -> tuple[Any, Any]:
+        """Load a cached checkpoint (model in eval mode on ``device``, left-padding tokenizer). Micro models are
+        fp32 unless model.dtype=bfloat16 (``auto`` keeps fp32); ``device`` auto = a GPU when one is visible."""
         from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
         path = self.ensure_checkpoints([family])[family]
         tok = PreTrainedTokenizerFast.from_pretrained(path)
         tok.padding_side = "left"
         model = AutoModelForCausalLM.from_pretrained(path)
+        if self.dtype == "bfloat16":
+            import torch
+
+            model = model.to(torch.bfloat16)
+        if device is not None:
+            from corl_bench.hf.device import resolve_device
+
+            where = resolve_device(device)
+            if where != "cpu":
+                model = model.to(where)
         model.eval()
         return model, tok
 
@@ -174,8 +186,21 @@ class MicroProfile:
         """The unlabeled training stream; identical for every agent of a run (same data seed)."""
         return problem_stream(seed, prefix="train")
 
-    def render(self, problem: Problem, view: str) -> Request:
-        return Request(text=render_prompt(problem.text(view)))
+    def render(self, problem: Problem, view: str, model: str | None = None) -> Request:
+        return Request(text=render_prompt(problem.text(view)))  # one prompt format for every micro family
+
+    @classmethod
+    def check_data(cls, cfg: Any) -> None:
+        """The micro profile generates its problems: ``data.train`` belongs to the hf profile."""
+        if cfg.data.train:
+            raise ConfigError(f"data.train={cfg.data.train!r} is for the hf profile; the micro profile generates its "
+                              "own problems (unset data.train; data.train_pool=N gives a finite set)")
+
+    @classmethod
+    def dev_benchmark(cls) -> str | None:
+        """The labelled dev split that ``eval.select=dev`` / ``label-free`` decide on: ``micro-dev`` (200 problems,
+        disjoint from micro-test and the training stream; never shown in tables)."""
+        return "micro-dev"
 
     @staticmethod
     def check_benchmark(name: str, spec: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ leaves ``results/`` untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -16,10 +17,11 @@ from typing import Any
 
 from corl_bench.config import Config, ConfigError, dump_config
 from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
-from corl_bench.results import RunDir, atomic_write_text, read_complete_rows
+from corl_bench.results import RunDir, atomic_write_text, is_event, read_complete_rows
 from corl_bench.registries import RegistryError
 
 log = logging.getLogger(__name__)
+DEFAULT_PROFILE = "micro"
 
 
 class ResourceError(RuntimeError):
@@ -60,14 +62,26 @@ def resolve(cfg: Config) -> Plan:
     """Validate everything that can be checked without training; return the resolved plan. Writes nothing.
 
     ``corl-bench validate`` and ``corl-bench run`` both call this first, so validate refuses what run would."""
-    profile_cls = _lookup(PROFILES, cfg.model.profile, "model.profile")
+    if cfg.model.profile != DEFAULT_PROFILE:
+        _lookup(PROFILES, cfg.model.profile, "model.profile")
     method_cls = _lookup(METHODS, cfg.method.name, "method.name")
     cohort = cfg.cohort
     if not cohort.agents:
         cohort = _lookup(COHORTS, cohort.name, "cohort.name")
-    if cohort.profile and cohort.profile != cfg.model.profile:
+    profile_name = cfg.model.profile
+    if profile_name == DEFAULT_PROFILE and cohort.profile:  # the default profile gives way to the cohort's own
+        profile_name = cohort.profile
+    if profile_name not in PROFILES:
+        raise ConfigError(f"cohort {cohort.name!r} is defined for profile {profile_name!r}, which is not registered "
+                          f"({', '.join(repr(n) for n in PROFILES.names())}); pick a cohort of a registered profile "
+                          "(corl-bench ls cohorts)")
+    profile_cls = _lookup(PROFILES, profile_name, "model.profile")
+    if cohort.profile and cohort.profile != profile_name:
         raise ConfigError(f"cohort {cohort.name!r} is defined for profile {cohort.profile!r}, not "
-                          f"{cfg.model.profile!r}; pick a cohort of that profile (corl-bench ls cohorts)")
+                          f"{profile_name!r}; pick a cohort of that profile (corl-bench ls cohorts)")
+    cfg = cfg.replace(cohort=cohort)
+    if profile_name != cfg.model.profile:
+        cfg = cfg.replace(model=dataclasses.replace(cfg.model, profile=profile_name))
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
     method_cls.check_cohort(cohort.agents, cohort.name)
@@ -75,10 +89,18 @@ def resolve(cfg: Config) -> Plan:
     method_cls(options, cohort.agents).generation_n(cfg.rollout.samples_per_prompt)  # option/rollout consistency
     for b in cfg.eval.benchmarks:
         profile_cls.check_benchmark(b, _lookup(BENCHMARKS, b, "eval.benchmarks"))  # the profile decides
+    from corl_bench.train.monitor import check_monitor
+    from corl_bench.train.select import check_selection
+
+    check_selection(cfg, profile_cls, len(cohort.agents))  # eval.select: something to choose from, a dev split
+    check_monitor(cfg)
+    check_data = getattr(profile_cls, "check_data", None)  # optional hook (corl_bench.profile)
+    if check_data is not None:
+        check_data(cfg)
     _check_output_dir(Path(cfg.run.output_dir))
     _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
-    return Plan(cfg.replace(cohort=cohort), method_cls, options)
+    return Plan(cfg, method_cls, options)
 
 
 def _check_output_dir(path: Path) -> None:
@@ -113,12 +135,20 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
 
 
 def stored_config(run_dir: Path) -> dict[str, Any]:
+    """The run's config.yaml as the current code reads it: fields added since the run was started take their
+    defaults, so a run written by an older version resumes when nothing it set has changed."""
     import yaml
+
+    from corl_bench.config import config_from_dict
 
     path = RunDir(run_dir).config_path
     if not path.is_file():
         raise ConfigError(f"{run_dir} has no config.yaml; it is not a corl-bench run directory")
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        return config_from_dict(raw).to_dict()
+    except ConfigError as e:
+        raise ConfigError(f"{path} no longer loads ({e}); start a new run") from None
 
 
 def check_resumable(run_dir: Path, cfg: Config) -> dict[str, Any]:
@@ -159,7 +189,8 @@ def _history(run_dir: Path, start: int) -> list[dict[str, dict[str, Any]]]:
         atomic_write_text(path, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in rows))
         if path == rd.metrics_path:
             for r in rows:
-                by_step.setdefault(r["step"], {})[r["agent"]] = r
+                if not is_event(r):  # a collapse alarm is kept in the file but is not a step's metrics
+                    by_step.setdefault(r["step"], {})[r["agent"]] = r
     return [by_step[s] for s in sorted(by_step)]
 
 
@@ -172,11 +203,14 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     """
     import torch
 
+    from corl_bench.profile import load_for
     from corl_bench.train.agent import Agent
     from corl_bench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from corl_bench.eval.evaluator import eval_seed, evaluate, load_scores, n_generations, run_decoding
     from corl_bench.eval.specs import get_spec
+    from corl_bench.train.monitor import CollapseWatch
     from corl_bench.train.progress import RunProgress, summary_table
+    from corl_bench.train.select import Selector
     from corl_bench.results import environment_record, new_run_dir, now_iso, run_lock, write_json
     from corl_bench.train.trainer import Trainer
 
@@ -184,6 +218,9 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     cfg = plan.config
     torch.set_num_threads(cfg.model.threads or (os.cpu_count() or 1))
     torch.manual_seed(cfg.run.seed)
+    fetch = getattr(PROFILES.get(cfg.model.profile), "fetch", None)  # optional hook: download before writing
+    if fetch is not None:
+        fetch(cfg)
     if resume is None and auto_resume:
         resume = find_interrupted(Path(cfg.run.output_dir), cfg)
         if resume is not None:
@@ -210,11 +247,14 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
         info.update(status="running")
         write_json(rd.info_path, info)
         profile = PROFILES.get(cfg.model.profile)(cfg.model)
+        if hasattr(profile, "configure"):  # optional hook: the run's data and benchmarks (corl_bench.profile)
+            profile.configure(cfg)
         try:
             with RunProgress(console) as prog:
                 t0 = time.perf_counter()
                 prog.warm_start(profile, [a.family for a in cfg.cohort.agents])
-                agents = [Agent(spec, *profile.load(spec.family), cfg.grpo, backend=cfg.rollout.backend,
+                agents = [Agent(spec, *load_for(profile, spec.family, spec.device or cfg.model.device), cfg.grpo,
+                                backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
                                 temperature=cfg.rollout.temperature, auxiliary=plan.method_cls.auxiliary)
                           for spec in cfg.cohort.agents]
                 method = plan.method_cls(plan.options, cfg.cohort.agents)
@@ -224,10 +264,11 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                            for b in cfg.eval.benchmarks}
                 total_gen = sum(n_generations(cfg.eval, len(items)) for _, items in benches.values()) * len(agents)
                 scores: dict[str, dict[str, Any]] = {}
+                selector = Selector(cfg, profile, run_dir)  # eval.select: dev / label-free evaluate their split
 
                 def run_eval(phase: str) -> None:
                     t = time.perf_counter()
-                    task = prog.add(f"eval {phase}", total_gen)
+                    task = prog.add(f"eval {phase}", total_gen + selector.generations(phase, len(agents)))
                     specs = {b: get_spec(b) for b in benches}
                     for a in agents:  # each benchmark one chunk (the one evaluation path's seed rule), written fresh
                         seed = eval_seed(cfg.run.seed, a.spec.seed_offset)
@@ -235,11 +276,24 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                             a.generate, specs[b], items[: cfg.eval.max_problems or None],
                             out_path=rd.predictions_path(phase, a.name, b),
                             decoding=run_decoding(cfg.eval, specs[b]), seed=seed, resume=False,
+                            tokenizer=getattr(a, "tokenizer", None),  # spec items: the agent's chat template
                             progress=lambda n: prog.advance(task, n)) for b, (_, items) in benches.items()}
+                    selector.evaluate(phase, agents, advance=lambda n: prog.advance(task, n))
                     info["phases"] = [p for p in info["phases"] if p != phase] + [phase]
                     info["timings"][f"eval_{phase}"] = time.perf_counter() - t
                     write_json(rd.info_path, info)
 
+                if hasattr(profile, "decontaminate"):  # before the first training problem is drawn
+                    against = {b: items for b, (_, items) in benches.items()}
+                    if selector.split:  # the dev split chooses the checkpoint: it must not be trained on either
+                        against[selector.benchmark] = selector.items
+                    report = profile.decontaminate(against)
+                    if report is not None:
+                        info["contamination"] = report
+                        (log.warning if report.get("dropped") else log.info)(
+                            "contamination check of %s against %s: dropped %d of %d training problems",
+                            report.get("training_set"), ", ".join(against), report.get("dropped", 0),
+                            report.get("problems_before", 0))
                 trainer = Trainer(cfg, agents, method, profile, run_dir)
                 checkpoint = latest_checkpoint(run_dir) if resume is not None else None
                 start = 0
@@ -249,6 +303,8 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                     start = state["step"]
                     log.warning("resumed %s at step %d from %s", run_dir.name, start, checkpoint.name)
                 history = _history(run_dir, start)
+                watch = CollapseWatch(cfg, rd.metrics_path, info)  # the collapse alarm (label-free signals)
+                watch.replay(history)
                 if cfg.eval.before:
                     if "base" in info["phases"]:
                         scores["base"] = {a.name: load_scores(rd.eval_dir("base", a.name), benches)
@@ -260,16 +316,25 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                 prog.advance(task, start)
                 every = cfg.run.checkpoint_every
                 for step in range(start, cfg.run.steps):
+                    if watch.stopped:  # a resumed run that had stopped on a collapse alarm: straight to final
+                        break
                     result = trainer.step(step)
                     trainer.write(result)
                     history.append(result.metrics)
-                    prog.advance(task, 1, status=_status_line(result.metrics))
-                    if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.run.steps:
+                    stop = watch.observe(step, result.metrics, say=prog.alarm)  # event row; True: stop_on_collapse
+                    prog.advance(task, 1, status=_status_line(result.metrics) + watch.status())
+                    if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.run.steps and not stop:
                         run_eval(f"step-{step + 1:06d}")  # before the checkpoint: a crash in it is redone on resume
-                    if every and ((step + 1) % every == 0 or step + 1 == cfg.run.steps):
+                    if every and ((step + 1) % every == 0 or step + 1 == cfg.run.steps or stop):
                         save_checkpoint(run_dir, step + 1, agents, trainer.state_dict())
+                    if stop:
+                        break
                 info["timings"]["train"] = info["timings"].get("train", 0.0) + time.perf_counter() - t
                 run_eval("final")
+                selection = selector.record([a.name for a in agents], info.get("stopped_after_step", cfg.run.steps),
+                                            watch.alarm_steps())
+                if selection is not None:
+                    info["selection"] = selection
                 if cfg.run.save_checkpoints:
                     for a in agents:
                         a.save(rd.final_checkpoint(a.name))

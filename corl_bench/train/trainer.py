@@ -26,6 +26,7 @@ import torch
 from corl_bench.config import Config, ConfigError
 from corl_bench.eval.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
+from corl_bench.profile import render_for
 from corl_bench.results import RunDir, append_jsonl
 from corl_bench.rollout import SamplingParams, as_request, prompt_text
 from corl_bench.train import grpo
@@ -117,7 +118,7 @@ class Trainer:
         # 1. rollouts: same problems for everyone, each agent in its own view and with its own seed; then the
         #    rollouts of every auxiliary model that generates (an EMA teacher), each on its own seed stream
         t0 = time.perf_counter()
-        requests = {a.name: [self.profile.render(p, a.spec.view) for p in problems] for a in self.agents}
+        requests = {a.name: [render_for(self.profile, p, a.spec) for p in problems] for a in self.agents}
         comps, rollouts = {}, {}
         for a in self.agents:
             comps[a.name] = a.generate(requests[a.name], self._params(self.method.generation_n(k), a, step, 0))

@@ -1,0 +1,224 @@
+"""The ``hf`` profile: real Hugging Face causal LMs trained on real math (implements :class:`corl_bench.profile.Profile`).
+
+Models. A cohort agent's ``family`` is a model entry (``smol``: SmolLM2-135M-Instruct; ``gemma3-270m``: base
+Gemma-3-270M — both installed from the package index, dequantised once into ``<cache>/models/``), a
+``save_pretrained`` folder, or a hub id (``Qwen/Qwen2.5-3B``) read from the local Hugging Face cache; one that is not
+cached is downloaded before the run directory is created, or refused by validation when ``HF_HUB_OFFLINE`` is set
+(:mod:`corl_bench.eval.models`). Each model is loaded on its agent's ``device`` (else
+``model.device``; ``auto`` = a GPU when one is visible) in ``model.dtype`` (``auto`` = bf16 on CUDA, fp32 on the CPU);
+a folder's own code runs only with ``model.trust_remote_code=true``.
+
+Prompts. A training problem is the paper's single user turn, ``"{problem}\\n Please reason step by step, and put your
+final answer within \\boxed{}."``, rendered with the agent's chat template when its tokenizer has one (SmolLM2) and
+as plain text when it has none (the Gemma base model), so every agent is asked in its own model's format.
+
+Data. ``data.train`` (default ``math-level345``; :mod:`corl_bench.hf.data`), decontaminated against every benchmark
+the run evaluates before the first problem is drawn; the rephrased view is written by ``data.rephrase_model``
+(:mod:`corl_bench.hf.rephrase`). Benchmarks are the text specs in ``benchmarks/`` (gsm8k, math500, amc83, ...),
+read with :func:`corl_bench.eval.data.load_rows` and evaluated through the same evaluator as ``corl-bench eval``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from corl_bench.config import ConfigError, ModelConfig
+from corl_bench.rollout.base import Request
+
+log = logging.getLogger(__name__)
+
+
+def _cache_root(cfg: ModelConfig) -> Path:
+    from corl_bench.micro.profile import default_cache_root
+
+    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
+
+
+def chat_prompt(tokenizer: Any, text: str) -> str:
+    """``text`` as one user turn in the tokenizer's chat template (with the generation prompt), or as it is when the
+    tokenizer has no template (a base model)."""
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    return text
+
+
+class HFProfile:
+    """Real causal LMs, real training sets, real benchmarks."""
+
+    name = "hf"
+
+    def __init__(self, model_cfg: ModelConfig | None = None) -> None:
+        self.model_cfg = model_cfg or ModelConfig(profile="hf")
+        self.cache_root = _cache_root(self.model_cfg)
+        self.run_cfg: Any = None
+        self._tokenizers: dict[str, Any] = {}
+        self._train: Any = None
+        self._rephraser: Any = None
+
+    # ------------------------------------------------------------------ checks without loading (validate = run)
+    @classmethod
+    def check_agent(cls, agent: Any) -> None:
+        """The agent's ``family`` must be an installed model entry, a model folder or a cached hub id."""
+        from corl_bench.eval.models import check_ref
+
+        try:
+            check_ref(agent.family)
+        except ConfigError as e:
+            raise ConfigError(f"cohort agent {agent.name!r}: {e}") from None
+
+    @classmethod
+    def check_benchmark(cls, name: str, spec: Mapping[str, Any]) -> None:
+        """Any text benchmark spec (math, multiple choice, code); the micro suites belong to the micro profile."""
+        if spec.get("profile") == "micro":
+            raise ConfigError(f"eval.benchmarks: {name!r} is a micro-profile suite; the hf profile evaluates the "
+                              "benchmark specs with data (set e.g. eval.benchmarks=[gsm8k] or [gsm8k,math500])")
+
+    @classmethod
+    def dev_benchmark(cls) -> str | None:
+        """The labelled dev split of ``eval.select=dev`` / ``label-free``: ``math-dev`` (MATH train, Level 1;
+        disjoint from MATH-500 and from MATH-Level345)."""
+        return "math-dev"
+
+    @classmethod
+    def check_data(cls, cfg: Any) -> None:
+        """``data.train`` can be read (a local copy, a JSONL file, or a hub copy with ``datasets`` installed), the
+        evaluated benchmarks have data, and the rephrasing model exists when an agent sees the rephrased view."""
+        from corl_bench.eval.data import data_dirs, locate
+        from corl_bench.eval.models import check_ref
+        from corl_bench.eval.specs import get_spec
+        from corl_bench.hf.data import _datasets_installed, check_source
+
+        data_dir = cfg.data.data_dir or None
+        check_source(cfg.data.train, data_dir)
+        from corl_bench.train.select import selection_benchmark
+
+        split = selection_benchmark(cfg.eval.select, cls, cfg.eval.benchmarks) if cfg.eval.select in (
+            "dev", "label-free") else None
+        for name in [*cfg.eval.benchmarks, *([split] if split else [])]:
+            spec = get_spec(name)
+            if locate(spec, data_dir) is None and not (spec.source.hub and _datasets_installed()):
+                searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "no data directory given"
+                raise ConfigError(f"eval.benchmarks: {name} has no local copy ({searched}: {spec.source.local}); set "
+                                  "data.data_dir=DIR (or $CORL_BENCH_DATA) or pip install datasets for the hub copy")
+        if any(a.view == "rephrased" for a in cfg.cohort.agents):
+            try:
+                check_ref(cfg.data.rephrase_model)
+            except ConfigError as e:
+                raise ConfigError(f"data.rephrase_model: {e}") from None
+
+    @classmethod
+    def fetch(cls, cfg: Any) -> None:
+        """Download the hub models of the run that are not cached yet, before its run directory exists (a failed
+        download then leaves nothing behind); with ``HF_HUB_OFFLINE`` set validation has refused them already."""
+        from corl_bench.eval.models import fetch_hub, hub_snapshot, kind
+
+        refs = [a.family for a in cfg.cohort.agents]
+        if any(a.view == "rephrased" for a in cfg.cohort.agents):
+            refs.append(cfg.data.rephrase_model)
+        for ref in dict.fromkeys(refs):
+            if kind(ref) == "hub" and hub_snapshot(ref) is None:
+                log.info("downloading %s from the Hugging Face hub", ref)
+                fetch_hub(ref)
+
+    def check_writable(self, models: Sequence[str]) -> None:
+        if self.missing(models):
+            from corl_bench.micro.profile import _check_creatable
+
+            _check_creatable(self.cache_root, "the model cache", "set model.cache_dir or $CORL_BENCH_CACHE to a "
+                             "writable directory")
+
+    # ------------------------------------------------------------------ models
+    def configure(self, cfg: Any) -> None:
+        """The run's resolved config: data sources, benchmarks, cohort (the runner calls this once)."""
+        self.run_cfg = cfg
+
+    def missing(self, models: Sequence[str]) -> list[str]:
+        """Model entries whose dequantised folder is not cached yet (folders and hub ids need nothing)."""
+        from corl_bench.eval.models import ENTRIES, entry_dir
+
+        return [m for m in dict.fromkeys(models) if m in ENTRIES
+                and not (entry_dir(m, self.cache_root) / "config.json").is_file()]
+
+    def prepare(self, models: Sequence[str], progress: Any = None) -> None:
+        """Assemble and dequantise every missing model entry once (the files stay cached)."""
+        from corl_bench.eval.models import dequantise
+
+        for m in self.missing(models):
+            if progress is not None:
+                progress(m, 0, 1)
+            dequantise(m, self.cache_root)
+            if progress is not None:
+                progress(m, 1, 1)
+
+    def load(self, model: str, device: str | None = None) -> tuple[Any, Any]:
+        """(model in eval mode on ``device`` in ``model.dtype``, left-padding tokenizer)."""
+        from corl_bench.eval.models import load_folder, model_folder
+
+        m, tok = load_folder(model_folder(model, self.cache_root), device=device or self.model_cfg.device,
+                             dtype=self.model_cfg.dtype, trust_remote_code=self.model_cfg.trust_remote_code)
+        self._tokenizers.setdefault(model, tok)
+        return m, tok
+
+    def tokenizer(self, model: str) -> Any:
+        """The tokenizer of ``model`` (the loaded one, else read from its folder without the weights)."""
+        if model not in self._tokenizers:
+            from corl_bench.eval.models import load_tokenizer, model_folder
+
+            self._tokenizers[model] = load_tokenizer(model_folder(model, self.cache_root),
+                                                     self.model_cfg.trust_remote_code)
+        return self._tokenizers[model]
+
+    # ------------------------------------------------------------------ data
+    def _data_dir(self) -> str | None:
+        return (self.run_cfg.data.data_dir or None) if self.run_cfg is not None else None
+
+    def training_set(self) -> Any:
+        """The run's training set (``data.train``), read once."""
+        if self._train is None:
+            from corl_bench.hf.data import TrainingSet
+
+            spec = self.run_cfg.data.train if self.run_cfg is not None else ""
+            self._train = TrainingSet.load(spec, self._data_dir())
+        return self._train
+
+    def decontaminate(self, benchmarks: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+        """Drop training problems that equal a problem of an evaluated benchmark (exactly or normalised)."""
+        return self.training_set().decontaminate(benchmarks)
+
+    def rephraser(self) -> Any:
+        """The rephrased view's writer (``data.rephrase_model``), or None when no agent sees that view."""
+        cfg = self.run_cfg
+        if cfg is None or not any(a.view == "rephrased" for a in cfg.cohort.agents):
+            return None
+        if self._rephraser is None:
+            from corl_bench.hf.rephrase import Rephraser
+
+            ref = cfg.data.rephrase_model
+            self._rephraser = Rephraser(ref, lambda: self.load(ref, self.model_cfg.device), self.cache_root,
+                                        batch=cfg.rollout.prompts_per_step)
+        return self._rephraser
+
+    def training_problems(self, seed: int) -> Iterator[Any]:
+        """The training set in seeded epochs (identical for every agent of a run; replayed on resume)."""
+        reph = self.rephraser()
+        return self.training_set().epochs(seed, note=reph.note if reph is not None else None, rephraser=reph)
+
+    def render(self, problem: Any, view: str, model: str | None = None) -> Request:
+        """The paper's user turn for ``problem`` in ``view``, in ``model``'s chat template when it has one."""
+        from corl_bench.hf.data import INSTRUCTION
+
+        text = f"{problem.text(view)}\n {INSTRUCTION}"
+        return Request(text=chat_prompt(self.tokenizer(model) if model else None, text))
+
+    def benchmark(self, name: str) -> list[Any]:
+        """The items of a benchmark spec (from data.data_dir, $CORL_BENCH_DATA or the hub)."""
+        from corl_bench.eval.data import load_rows
+        from corl_bench.eval.items import build_items
+        from corl_bench.eval.specs import get_spec
+
+        spec = get_spec(name)
+        self.check_benchmark(name, spec.to_dict())
+        return build_items(spec, load_rows(spec, self._data_dir()))

