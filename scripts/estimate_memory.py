@@ -10,11 +10,13 @@ An agent holds, during training, its parameters, their gradients and AdamW's two
 16 bytes per parameter in float32), plus the activations of one micro-batch, plus the LM-head logits of one chunk;
 during rollouts it holds its parameters plus the KV cache of ``--max-batch`` sequences. The two phases alternate, so
 the peak is the larger of the two. Activations: with gradient checkpointing, each decoder layer keeps its input
-(micro-batch x tokens x hidden) and one layer is recomputed at a time (its intermediate tensors, estimated as
-``34 x hidden + 2 x intermediate`` values per token, attention by a fused kernel, i.e. no tokens^2 matrix);
-without it every layer keeps those intermediates. Logits: ``logit_chunk`` rows of the vocabulary at a time, three
-fp32 copies (logits, log-softmax, its gradient); 0 = the whole micro-batch at once. These are estimates: allocator
-slack, CUDA context (~0.5-1 GB) and fragmentation come on top; the checks against measured peaks are in the README.
+(micro-batch x tokens x hidden) and one layer is recomputed at a time (its intermediate tensors: ``16 x hidden +
+3 x intermediate`` values per token, attention by a fused kernel, i.e. no tokens^2 matrix; the constant is fitted
+to scripts/bench_memory.py, whose SmolLM2 rows grow by 0.48 GiB per sequence of ~286 tokens: 58 KiB per token and
+layer, the formula gives 54 KiB for SmolLM2); without it every layer keeps those intermediates. Logits:
+``logit_chunk`` rows of the vocabulary at a time, three fp32 copies (logits, log-softmax, its gradient); 0 = the
+whole micro-batch at once. These are estimates: allocator slack, CUDA context (~0.5-1 GB) and fragmentation come on
+top; the checks against measured peaks are in the README.
 
 Architectures: the paper's models are written here from their published config.json files (hidden size, layers,
 heads, KV heads, head dim, intermediate size, vocabulary, tied embeddings); ``--model`` also takes a config.json
@@ -67,6 +69,10 @@ PAPER = {
 }
 
 
+#: rollout.max_batch of configs/paper per model (the KV cache of 8-KV-head models is 4x Qwen2.5-3B's per token).
+PAPER_MAX_BATCH = {"Qwen/Qwen2.5-3B": 96, "meta-llama/Llama-3.2-3B-Instruct": 32, "Qwen/Qwen3-1.7B-Base": 32}
+
+
 def from_config(path: Path, name: str) -> Arch:
     c = json.loads(path.read_text(encoding="utf-8"))
     c = c.get("text_config", c)
@@ -103,7 +109,7 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     tokens = prompt_tokens + new_tokens
     weights = n * dtype_bytes
     train_state = n * dtype_bytes * 3  # gradients + AdamW exp_avg + exp_avg_sq, in the parameter dtype
-    per_token_layer = (34 * a.hidden + 2 * a.intermediate) * dtype_bytes  # one layer's saved intermediates per token
+    per_token_layer = (16 * a.hidden + 3 * a.intermediate) * dtype_bytes  # one layer's saved intermediates per token
     rows = micro_batch * tokens
     if checkpointing:
         acts = rows * a.hidden * dtype_bytes * a.layers + rows * per_token_layer
@@ -128,7 +134,9 @@ def main() -> None:
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--logit-chunk", type=int, default=1024)
     ap.add_argument("--no-checkpointing", action="store_true")
-    ap.add_argument("--max-batch", type=int, default=96, help="rollout.max_batch: sequences decoded at once")
+    ap.add_argument("--max-batch", type=int, default=None,
+                    help="rollout.max_batch: sequences decoded at once (default: as configs/paper sets it per model: "
+                         "96 for Qwen2.5-3B, 32 for the 8-KV-head models; 96 for others)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rows = []
@@ -136,20 +144,21 @@ def main() -> None:
         a = resolve_arch(ref)
         est = estimate(a, dtype_bytes=4 if args.dtype == "float32" else 2, prompt_tokens=args.prompt_tokens,
                        new_tokens=args.new_tokens, micro_batch=args.micro_batch, logit_chunk=args.logit_chunk,
-                       checkpointing=not args.no_checkpointing, max_batch=args.max_batch)
-        rows.append({"model": a.name, **{k: round(v, 2) for k, v in est.items()}})
+                       checkpointing=not args.no_checkpointing, max_batch=args.max_batch or PAPER_MAX_BATCH.get(ref, 96))
+        rows.append({"model": a.name, "max_batch": args.max_batch or PAPER_MAX_BATCH.get(ref, 96),
+                     **{k: round(v, 2) for k, v in est.items()}})
     if args.json:
         print(json.dumps(rows, indent=1))
         return
     print(f"# {args.dtype}, micro-batch {args.micro_batch} x ({args.prompt_tokens} + {args.new_tokens}) tokens, "
           f"logit chunk {args.logit_chunk or 'none'}, checkpointing {'off' if args.no_checkpointing else 'on'}, "
-          f"rollout max_batch {args.max_batch}; GB = 1e9 bytes")
-    cols = ["params_B", "weights", "grads+adamw", "activations", "logits", "kv_cache", "train_peak", "rollout_peak",
+          f"rollout max_batch {args.max_batch or 'per model'}; GB = 1e9 bytes")
+    cols = ["max_batch", "params_B", "weights", "grads+adamw", "activations", "logits", "kv_cache", "train_peak", "rollout_peak",
             "peak"]
     print("| model | " + " | ".join(cols) + " |")
     print("|---|" + "---|" * len(cols))
     for r in rows:
-        print(f"| {r['model']} | " + " | ".join(f"{r[c]:.2f}" for c in cols) + " |")
+        print(f"| {r['model']} | " + " | ".join(str(r[c]) if c == "max_batch" else f"{r[c]:.2f}" for c in cols) + " |")
 
 
 if __name__ == "__main__":

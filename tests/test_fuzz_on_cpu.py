@@ -8,7 +8,7 @@ import string
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from corl_bench.eval.items import build_items
@@ -82,6 +82,7 @@ ROW_VALUES = st.one_of(st.none(), st.integers(), st.floats(), st.text(max_size=5
 @given(st.lists(st.dictionaries(st.sampled_from(["id", "problem", "answer", "choices", "extra"]), ROW_VALUES,
                                 max_size=5), max_size=6),
        st.sampled_from(["math", "mcq"]), st.binary(max_size=40))
+@example(rows=[{"id": "\n"}], task="math", junk=b"")  # found by hypothesis: an id with a newline broke the one line
 def test_fuzzed_dataset_rows_give_items_or_a_one_line_error(tmp_path_factory, rows, task, junk):
     root = tmp_path_factory.mktemp("data")
     (root / "toy").mkdir()

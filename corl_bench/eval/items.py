@@ -93,10 +93,11 @@ def build_items(spec: BenchmarkSpec, rows: Sequence[Mapping[str, Any]]) -> list[
                 problem, meta = _code(row)
                 items.append(Item(rid, problem, "", meta))
         except KeyError as e:
-            raise ConfigError(f"benchmark {spec.name}: row {rid} has no field {e.args[0]!r}; check the data file "
+            raise ConfigError(f"benchmark {spec.name}: row {rid!r} has no field {e.args[0]!r}; check the data file "
                               "or the spec's source.fields mapping") from None
         except (ValueError, TypeError, IndexError) as e:
-            raise ConfigError(f"benchmark {spec.name}: row {rid}: {str(e)[:200]}; fix the data file") from None
+            why = " ".join(str(e).split())[:200]
+            raise ConfigError(f"benchmark {spec.name}: row {rid!r}: {why}; fix the data file") from None
     return items
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from corl_bench.config import ConfigError
+from corl_bench.eval.data import sha256 as _sha256
 from corl_bench.hf.device import resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
@@ -128,14 +129,6 @@ def expected_sha256(entry: GGUFEntry) -> str | None:
         if len(fields) == 2 and fields[1].lstrip("*") == entry.filename:
             return fields[0].lower()
     return None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def assemble(entry: GGUFEntry, dest_dir: Path) -> Path:

@@ -264,7 +264,7 @@ def build_problems(rows: Iterable[Mapping[str, Any]], name: str) -> list[TrainPr
         text = _problem_text(row)
         rid = str(row.get("id", f"{name}-{i}"))
         if not isinstance(text, str):
-            raise ConfigError(f"data.train={name}: row {rid} has no problem text (fields problem, prompt or "
+            raise ConfigError(f"data.train={name}: row {rid!r} has no problem text (fields problem, prompt or "
                               "question); fix the file")
         if rid in seen:
             raise ConfigError(f"data.train={name}: duplicate id {rid!r}; every row needs a unique id (or none)")
