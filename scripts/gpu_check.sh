@@ -46,9 +46,11 @@ wall = time.perf_counter() - t0
 rows = [r for r in RunDir(run_dir).metrics() if "event" not in r]
 print(f"gpu_check: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, data {data_dir}, run {run_dir} "
       f"({wall:.0f} s in all)")
-for r in rows:
-    t = {k[5:]: round(v, 2) for k, v in r.items() if k.startswith("time/")}
-    print(f"step {r['step']} agent {r['agent']}: {sum(t.values()):.1f} s {json.dumps(t)} loss {r.get('loss')}")
+for step in sorted({r["step"] for r in rows}):  # the time/ fields are the step's (all agents), the rest per agent
+    mine = [r for r in rows if r["step"] == step]
+    t = {k[5:]: round(v, 2) for k, v in mine[0].items() if k.startswith("time/")}
+    losses = ", ".join(f"{r['agent']} {r.get('loss', float('nan')):.3g}" for r in mine)
+    print(f"step {step}: {sum(t.values()):.1f} s {json.dumps(t)}; loss {losses}")
 for i in range(torch.cuda.device_count()):
     peak = torch.cuda.max_memory_allocated(i) / 2**30
     if peak:
