@@ -330,6 +330,9 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                     if stop:
                         break
                 info["timings"]["train"] = info["timings"].get("train", 0.0) + time.perf_counter() - t
+                reph = profile.rephraser() if hasattr(profile, "rephraser") else None  # hf: the rephrased view
+                if reph is not None:
+                    info["rephrase"] = {"model": reph.model_ref, "cache": str(reph.dir), **reph.stats}
                 run_eval("final")
                 selection = selector.record([a.name for a in agents], info.get("stopped_after_step", cfg.run.steps),
                                             watch.alarm_steps())
