@@ -217,6 +217,9 @@ class AgentSpec:
     """where this agent's model lives: auto | cpu | cuda | cuda:N; empty = model.device"""
     lora_rank: int | None = None
     """this agent's LoRA rank (0 = full fine-tuning); empty = grpo.lora_rank"""
+    prompt: str = ""
+    """how the profile asks this agent; empty = the profile's way. hf: paper (the paper's instruction, the default)
+    | bare (the problem alone) | fewshot (three worked examples as plain text, for base models)"""
 
     def __post_init__(self) -> None:
         _check(self.lora_rank is None or self.lora_rank >= 0, f"cohort agent {self.name!r}: lora_rank must be >= 0 "

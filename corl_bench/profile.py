@@ -120,7 +120,17 @@ def load_for(profile: Any, model: str, device: str | None) -> tuple[Any, Any]:
 
 
 def render_for(profile: Any, problem: Any, agent: Any) -> Request:
-    """``profile.render(problem, agent.view, model=agent.family)``; a two-argument ``render`` gets (problem, view)."""
+    """``profile.render(problem, agent.view, model=agent.family[, prompt=agent.prompt])``; a two-argument ``render``
+    gets (problem, view)."""
     if _accepts(profile.render, "model"):
+        if getattr(agent, "prompt", "") and _accepts(profile.render, "prompt"):
+            return profile.render(problem, agent.view, model=agent.family, prompt=agent.prompt)
         return profile.render(problem, agent.view, model=agent.family)
     return profile.render(problem, agent.view)
+
+
+def stop_for(profile: Any, agent: Any) -> tuple[str, ...]:
+    """The stop strings of the agent's prompt format (``profile.stop_strings(prompt)``, optional); () by default."""
+    prompt = getattr(agent, "prompt", "")
+    hook = getattr(profile, "stop_strings", None)
+    return tuple(hook(prompt)) if prompt and hook is not None else ()

@@ -395,3 +395,59 @@ def test_an_hf_run_interrupted_mid_training_resumes_bit_identically(tiny_folder,
             run(cfg("crashed"), auto_resume=False)
     resumed = run(cfg("crashed"))  # finds the interrupted run with the same config
     assert fingerprint_diff(run_fingerprint(resumed), reference) == []
+
+
+# ------------------------------------------------------------------------------------------------ prompt formats
+def test_prompt_formats_render_and_stop_and_bad_ones_are_refused(tiny_folder, tiny_base_folder):
+    from corl_bench.hf.data import INSTRUCTION, TrainProblem
+    from corl_bench.hf.profile import HFProfile
+    from corl_bench.micro.profile import MicroProfile
+    from corl_bench.profile import render_for, stop_for
+
+    profile = HFProfile(load_config(None, ["model.profile=hf"]).model)
+    problem = TrainProblem("p1", "What is 5 x 6?", "30")
+    chat = AgentSpec("a0", str(tiny_folder), prompt="bare")
+    base = AgentSpec("a1", str(tiny_base_folder), prompt="fewshot")
+    paper = AgentSpec("a2", str(tiny_folder))
+    bare_text = render_for(profile, problem, chat).text
+    assert "What is 5 x 6?" in bare_text and INSTRUCTION not in bare_text and bare_text.startswith("<|user|>")
+    few = render_for(profile, problem, base).text
+    assert few.startswith("Question: What is 3 + 4?") and few.endswith("Question: What is 5 x 6?\nAnswer:")
+    assert INSTRUCTION in render_for(profile, problem, paper).text
+    assert stop_for(profile, base) == ("\nQuestion:",) and stop_for(profile, chat) == () == stop_for(profile, paper)
+    with pytest.raises(ConfigError) as e:
+        HFProfile.check_agent(AgentSpec("a3", str(tiny_folder), prompt="3-shot"))
+    assert "paper, bare, fewshot" in one_line(e.value)
+    with pytest.raises(ConfigError) as e:
+        MicroProfile.check_agent(AgentSpec("a4", "qwen2-bpe", prompt="bare"))
+    assert "hf-profile option" in one_line(e.value)
+
+
+def test_a_fewshot_agent_trains_on_the_fewshot_prompt_and_stops_at_the_next_question(tiny_base_folder, tmp_path,
+                                                                                   monkeypatch):
+    """The trainer asks a fewshot agent in that format and hands the engine its stop string: no logged completion
+    runs into a next "Question:"."""
+    from corl_bench.results import RunDir, read_jsonl
+    from corl_bench.rollout.hf import HFEngine
+    from corl_bench.train.runner import run
+
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    seen = []
+    original = HFEngine.generate
+
+    def spy(self, requests, params):
+        seen.append(params.stop)
+        return original(self, requests, params)
+
+    monkeypatch.setattr(HFEngine, "generate", spy)
+    cfg = load_config(None, [
+        "method.name=ttrl", "cohort.name=tiny-fewshot", "cohort.profile=hf",
+        f"cohort.agents=[{{name: a0, family: '{tiny_base_folder}', prompt: fewshot}}]",
+        "run.steps=1", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=12",
+        "eval.benchmarks=[gsm8k]", "eval.max_problems=1", "eval.samples=0", "eval.greedy=true",
+        "eval.max_new_tokens=4", "eval.before=false", f"data.data_dir={FIXTURES}", "data.train=gsm8k-train",
+        f"run.output_dir={tmp_path / 'runs'}", "run.log_samples_every=1", "run.checkpoint_every=0"])
+    rd = RunDir(run(cfg, auto_resume=False))
+    assert ("\nQuestion:",) in seen  # the training rollouts; evaluation keeps the benchmark's own protocol
+    for row in read_jsonl(rd.samples_path):
+        assert row["prompt"].startswith("Question: What is 3 + 4?") and "\nQuestion:" not in row["completion"]

@@ -10,7 +10,9 @@ a folder's own code runs only with ``model.trust_remote_code=true``.
 
 Prompts. A training problem is the paper's single user turn, ``"{problem}\\n Please reason step by step, and put your
 final answer within \\boxed{}."``, rendered with the agent's chat template when its tokenizer has one (SmolLM2) and
-as plain text when it has none (the Gemma base model), so every agent is asked in its own model's format.
+as plain text when it has none (the Gemma base model), so every agent is asked in its own model's format. A cohort
+agent may be asked otherwise (``prompt: bare`` — the problem alone; ``prompt: fewshot`` — three worked examples as
+plain text, stopping at the next "Question:", the format in which the Gemma base model answers at all).
 
 Data. ``data.train`` (default ``math-level345``; :mod:`corl_bench.hf.data`), decontaminated against every benchmark
 the run evaluates before the first problem is drawn; the rephrased view is written by ``data.rephrase_model``
@@ -34,6 +36,22 @@ def _cache_root(cfg: ModelConfig) -> Path:
     from corl_bench.micro.profile import default_cache_root
 
     return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
+
+
+PROMPTS = ("paper", "bare", "fewshot")
+"""The hf profile's prompt formats (a cohort agent's ``prompt``)."""
+SHOTS = (("What is 3 + 4?", "3 + 4 = 7. The answer is 7."),
+         ("Tom has 5 apples. He buys 3 more and then eats 2. How many apples does he have now?",
+          "Tom has 5 + 3 = 8 apples after buying. After eating 2 he has 8 - 2 = 6. The answer is 6."),
+         ("A pen costs $2. How much do 4 pens cost?", "4 pens cost 4 x 2 = 8 dollars. The answer is 8."))
+"""Worked examples of ``prompt: fewshot``: short steps, each ending "The answer is N." (the reward's extractor reads
+that phrase when there is no ``\\boxed{}``)."""
+
+
+def fewshot_prompt(question: str) -> str:
+    """Three worked examples, then the question, as plain text for a base model."""
+    shots = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in SHOTS)
+    return f"{shots}Question: {question}\nAnswer:"
 
 
 def chat_prompt(tokenizer: Any, text: str) -> str:
@@ -68,6 +86,10 @@ class HFProfile:
             check_ref(agent.family)
         except ConfigError as e:
             raise ConfigError(f"cohort agent {agent.name!r}: {e}") from None
+        prompt = getattr(agent, "prompt", "")
+        if prompt and prompt not in PROMPTS:
+            raise ConfigError(f"cohort agent {agent.name!r}: prompt must be one of {', '.join(PROMPTS)} (got "
+                              f"{prompt!r}); leave it out for the paper's prompt")
 
     @classmethod
     def check_benchmark(cls, name: str, spec: Mapping[str, Any]) -> None:
@@ -206,12 +228,22 @@ class HFProfile:
         reph = self.rephraser()
         return self.training_set().epochs(seed, note=reph.note if reph is not None else None, rephraser=reph)
 
-    def render(self, problem: Any, view: str, model: str | None = None) -> Request:
-        """The paper's user turn for ``problem`` in ``view``, in ``model``'s chat template when it has one."""
+    def render(self, problem: Any, view: str, model: str | None = None, prompt: str = "") -> Request:
+        """``problem`` in ``view`` as the agent is asked (``prompt``): ``paper`` (default) = the paper's user turn,
+        ``bare`` = the problem alone, both in ``model``'s chat template when it has one; ``fewshot`` = worked
+        examples then ``Question: ... Answer:`` as plain text (generation stops at the next "Question:")."""
         from corl_bench.hf.data import INSTRUCTION
 
-        text = f"{problem.text(view)}\n {INSTRUCTION}"
+        question = problem.text(view)
+        if prompt == "fewshot":
+            return Request(text=fewshot_prompt(question))
+        text = question if prompt == "bare" else f"{question}\n {INSTRUCTION}"
         return Request(text=chat_prompt(self.tokenizer(model) if model else None, text))
+
+    @staticmethod
+    def stop_strings(prompt: str) -> tuple[str, ...]:
+        """Stop strings of a prompt format: the next question of a few-shot prompt."""
+        return ("\nQuestion:",) if prompt == "fewshot" else ()
 
     def benchmark(self, name: str) -> list[Any]:
         """The items of a benchmark spec (from data.data_dir, $CORL_BENCH_DATA or the hub)."""

@@ -119,6 +119,9 @@ class MicroProfile:
             FAMILIES.get(agent.family)
         except RegistryError as e:
             raise ConfigError(f"cohort agent {agent.name!r} family: {e}") from None
+        if getattr(agent, "prompt", ""):
+            raise ConfigError(f"cohort agent {agent.name!r}: prompt {agent.prompt!r} is an hf-profile option (the "
+                              "micro profile has one format); leave prompt out")
 
     def check_writable(self, families: list[str]) -> None:
         """One-line ConfigError if checkpoints must be built and the cache cannot be created (nothing is written)."""

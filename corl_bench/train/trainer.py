@@ -26,7 +26,7 @@ import torch
 from corl_bench.config import Config, ConfigError
 from corl_bench.eval.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
-from corl_bench.profile import render_for
+from corl_bench.profile import render_for, stop_for
 from corl_bench.results import RunDir, append_jsonl
 from corl_bench.rollout import SamplingParams, as_request, prompt_text
 from corl_bench.train import grpo
@@ -208,7 +208,8 @@ class Trainer:
         """Sampling settings of the run with the seed of (agent, step) on the stream ``salt`` (0: the policy's)."""
         r = self.cfg.rollout
         return SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
-                              seed=rollout_seed(self.cfg.run.seed, agent.spec.seed_offset + salt, step))
+                              seed=rollout_seed(self.cfg.run.seed, agent.spec.seed_offset + salt, step),
+                              stop=stop_for(self.profile, agent.spec))
 
     def _advantages(self, name: str, r: torch.Tensor, rewards: dict[str, Any], override: dict[str, Any] | None,
                     lengths: dict[str, list[int]]) -> torch.Tensor:
