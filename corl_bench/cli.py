@@ -6,6 +6,8 @@ loss name) and ``table`` start quickly.
 
 from __future__ import annotations
 
+import importlib.util
+
 import logging
 import sys
 from pathlib import Path
@@ -251,9 +253,15 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
           dry_run: bool = typer.Option(False, "--dry-run", help="list the cells and their status; run nothing"),
           threads: int = typer.Option(0, "--threads", help="torch threads per cell (sets model.threads; 0 = the "
                                       "config's). Workers started on the same sweep share its cells"),
+          ray: bool = typer.Option(False, "--ray", help="run every cell as a Ray task (a local Ray, or the "
+                                   "cluster of --ray-address / $RAY_ADDRESS)"),
+          ray_address: str = typer.Option("", "--ray-address", help="with --ray: e.g. auto (the cluster started "
+                                           "here with `ray start --head`) or ray://host:10001"),
+          cpus_per_cell: float = typer.Option(1.0, "--cpus-per-cell", help="with --ray: CPUs Ray reserves per cell"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run a grid of methods x cohorts x seeds one cell after another; finished cells are skipped, interrupted
-    ones resumed. Start it in several shells to run cells in parallel (each cell is claimed by one worker)."""
+    ones resumed. Start it in several shells to run cells in parallel (each cell is claimed by one worker), or
+    with --ray to run the cells as Ray tasks on a machine or a cluster."""
     from corl_bench.train.sweep import cell_status, describe, load_sweep, plan, run_sweep
 
     _setup_logging(verbose)
@@ -271,7 +279,12 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
         hf_logging.disable_progress_bar()
         if threads < 0:
             _fail(f"--threads must be >= 0 (got {threads}); 0 keeps the config's model.threads")
-        result = run_sweep(spec, console=console, threads=threads)
+        if cpus_per_cell <= 0:
+            _fail(f"--cpus-per-cell must be > 0 (got {cpus_per_cell})")
+        if (ray or ray_address) and importlib.util.find_spec("ray") is None:
+            _fail("--ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'")
+        result = run_sweep(spec, console=console, threads=threads, ray_address=ray_address if ray or ray_address
+                           else None, cpus_per_cell=cpus_per_cell)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
     except KeyboardInterrupt:

@@ -122,6 +122,8 @@ class RolloutConfig:
     max_batch: int = 0
     """most sequences one engine call decodes at once (bounds the rollout KV cache: prompts x K are generated in
     slices of this size); 0 = the engine's default (hf 512, fast 256)"""
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    """the engine's own keyword options, e.g. for vllm ``{sync: reload, gpu_memory_utilization: 0.3}``"""
 
     def __post_init__(self) -> None:
         _check(self.max_batch >= 0, f"rollout.max_batch must be >= 0 (got {self.max_batch}); set rollout.max_batch=0 "
@@ -161,6 +163,10 @@ class GRPOConfig:
     recomputed in backward). 0 = full logits at once"""
     gradient_checkpointing: bool = False
     """recompute each decoder layer in backward (less activation memory, ~1/3 more compute)"""
+    shared_prefix: bool = False
+    """run each distinct prompt once in the training pass and its K completions on its cached keys/values
+    (``corl_bench.train.prefix``): same loss and gradient within float rounding, fewer tokens computed (the prompt
+    once instead of K times, no logits on prompt positions); not with logit_chunk or gradient_checkpointing"""
     lora_rank: int = 0
     """train LoRA adapters of this rank instead of all weights (needs peft); 0 = full fine-tuning; a cohort agent
     may override it (``lora_rank:`` in its entry)"""
@@ -180,6 +186,9 @@ class GRPOConfig:
                "grpo.lora_dropout=0")
         _check(len(self.lora_targets) > 0 and all(t.strip() for t in self.lora_targets),
                "grpo.lora_targets is empty; set grpo.lora_targets=[all-linear] or module names like [q_proj,v_proj]")
+        _check(not (self.shared_prefix and (self.logit_chunk or self.gradient_checkpointing)),
+               "grpo.shared_prefix cannot be combined with grpo.logit_chunk or grpo.gradient_checkpointing; set "
+               "grpo.shared_prefix=false or turn those off (grpo.micro_batch bounds memory with it)")
         _positive("grpo", "lr", self.lr, "5e-5")
         _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
                f"grpo.betas must be two numbers in [0, 1) (got {self.betas!r}); set grpo.betas=[0.9,0.99]")
@@ -220,6 +229,10 @@ class AgentSpec:
     prompt: str = ""
     """how the profile asks this agent; empty = the profile's way. hf: paper (the paper's instruction, the default)
     | bare (the problem alone) | fewshot (three worked examples as plain text, for base models)"""
+    gpus: float | None = None
+    """``run.backend=ray``: GPUs reserved for this agent's actor; empty = run.gpus_per_agent"""
+    cpus: float | None = None
+    """``run.backend=ray``: CPUs reserved for this agent's actor (also its torch threads); empty = run.cpus_per_agent"""
 
     def __post_init__(self) -> None:
         _check(self.lora_rank is None or self.lora_rank >= 0, f"cohort agent {self.name!r}: lora_rank must be >= 0 "
@@ -227,6 +240,9 @@ class AgentSpec:
         _check(self.view in ("original", "rephrased"),
                f"cohort agent {self.name!r}: view must be original or rephrased (got {self.view!r}); "
                f"set view: original")
+        for what, val in (("gpus", self.gpus), ("cpus", self.cpus)):
+            _check(val is None or val >= 0, f"cohort agent {self.name!r}: {what} must be >= 0 (got {val}); leave it "
+                   f"out to use run.{what}_per_agent")
         _check(self.device == "" or _valid_device(self.device),
                f"cohort agent {self.name!r}: device must be auto, cpu, cuda or cuda:N (got {self.device!r}); "
                "leave it out to use model.device")
@@ -341,6 +357,10 @@ class MonitorConfig:
                f"{self.entropy_rise!r}); set e.g. monitor.entropy_rise=1.2")
 
 
+RUN_BACKENDS = ("local", "ray")
+TRACKERS = ("wandb", "tensorboard")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     seed: int = 0
@@ -361,6 +381,20 @@ class RunConfig:
     stop_on_collapse: bool = False
     """end the run cleanly when the collapse alarm fires (``monitor``): finish the step, checkpoint, evaluate
     final, status finished with ``stopped: collapse`` in run.json"""
+    backend: str = "local"
+    """where the agents live: ``local`` (one process, agents one after another) or ``ray`` (one Ray actor per
+    agent with its own resources; rollouts of all agents at the same time; ``ray start --head`` first for a
+    cluster, else a local Ray is started)"""
+    ray_address: str = ""
+    """``run.backend=ray``: the cluster to join (``auto``, ``ray://host:10001``); empty = ``auto`` if a cluster
+    is running here, else a local one"""
+    gpus_per_agent: float = 0.0
+    """``run.backend=ray``: GPUs per agent actor (a cohort agent's ``gpus`` overrides it); the paper: 4"""
+    cpus_per_agent: float = 1.0
+    """``run.backend=ray``: CPUs per agent actor (a cohort agent's ``cpus`` overrides it); also its torch threads"""
+    trackers: tuple[str, ...] = ()
+    """experiment trackers that mirror metrics.jsonl (which stays the source of truth): ``wandb``,
+    ``tensorboard``; off by default"""
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, f"run.steps must be >= 0 (got {self.steps}); set e.g. run.steps=60")
@@ -371,6 +405,13 @@ class RunConfig:
         _check(self.samples_per_log >= 0, f"run.samples_per_log must be >= 0 (got {self.samples_per_log}); set run.samples_per_log=4")
         _check("/" not in self.run_id and self.run_id not in (".", ".."),
                f"run.run_id must be a plain directory name (got {self.run_id!r}); use letters, digits and '-'")
+        _check(self.backend in RUN_BACKENDS, f"run.backend must be one of {', '.join(RUN_BACKENDS)} (got "
+               f"{self.backend!r}); set run.backend=local (one process) or run.backend=ray (one actor per agent)")
+        _check(self.gpus_per_agent >= 0 and self.cpus_per_agent > 0, f"run.gpus_per_agent must be >= 0 and "
+               f"run.cpus_per_agent > 0 (got {self.gpus_per_agent}, {self.cpus_per_agent}); e.g. run.cpus_per_agent=1")
+        bad = [t for t in self.trackers if t not in TRACKERS]
+        _check(not bad, f"run.trackers: unknown tracker {bad[0]!r} (known: {', '.join(TRACKERS)}); e.g. "
+               "run.trackers=[tensorboard]" if bad else "")
         _check(all(c.isalnum() or c in "-_." for c in self.tag),
                f"run.tag must use letters, digits, '-', '_' or '.' (got {self.tag!r}); e.g. run.tag=budget-matched")
 

@@ -344,6 +344,7 @@ METHODS: Registry[Any] = Registry("method", discover=("corl_bench.trainers", "co
 ENGINES: Registry[Any] = Registry("rollout engine", entry_point_group="corl_bench.engines")
 ENGINES.register_lazy("hf", "corl_bench.rollout.hf:HFEngine")
 ENGINES.register_lazy("fast", "corl_bench.rollout.fast:FastEngine")
+ENGINES.register_lazy("vllm", "corl_bench.rollout.vllm:VLLMEngine")  # vLLM itself is imported lazily
 #: Profiles (:class:`corl_bench.profile.Profile` classes), by ``model.profile``.
 PROFILES: Registry[Any] = Registry("profile", entry_point_group="corl_bench.profiles")
 PROFILES.register_lazy("micro", "corl_bench.micro.profile:MicroProfile")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,14 @@ CASES: dict[str, tuple[list[str], dict[str, str], str]] = {
     "unknown-option": (["--set", "method.options={bogus: 1}"], {}, "method.options.bogus"),
     "unknown-family": (["cfg.yaml"], {"cfg.yaml": BAD_AGENT_YAML}, "gpt5-bpe"),
     "profile-nope": (["--set", "model.profile=paperx"], {}, "model.profile"),
-    "engine-not-registered": (["--set", "rollout.backend=vllm"], {}, "rollout.backend: unknown rollout engine"),
+    "engine-not-registered": (["--set", "rollout.backend=sglang"], {}, "rollout.backend: unknown rollout engine"),
+    "engine-option-unknown": (["--set", "rollout.engine_options={foo: 1}"], {}, "the hf engine has no option 'foo'"),
+    "run-backend-unknown": (["--set", "run.backend=slurm"], {}, "run.backend must be one of local, ray"),
+    "shared-prefix-with-chunks": (["--set", "grpo.shared_prefix=true", "--set", "grpo.logit_chunk=64"], {},
+                                  "grpo.shared_prefix cannot be combined"),
 }
+if importlib.util.find_spec("vllm") is None:  # where vLLM is absent (the main environment on a CPU)
+    CASES["vllm-not-installed"] = (["--set", "rollout.backend=vllm"], {}, "make vllm-env")
 
 
 def _invoke(args: list[str]) -> tuple[int, str]:
@@ -65,3 +72,13 @@ def test_validate_accepts_the_default_config(tmp_path: Path, monkeypatch: pytest
     code, out = _invoke(["validate"])
     assert code == 0 and "valid." in out, out
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_ray_backend_without_ray_is_refused_in_one_line(monkeypatch, tmp_path):
+    import corl_bench.train.runner as runner
+
+    real = runner.importlib.util.find_spec
+    monkeypatch.setattr(runner.importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    code, out = _invoke(["validate", "--set", "run.backend=ray", "--set", f"run.output_dir={tmp_path / 'runs'}"])
+    assert code == 2 and "run.backend=ray needs Ray" in _error_line(out)
+    assert not (tmp_path / "runs").exists()

@@ -122,15 +122,16 @@ class FastEngine(InProcessEngine):
         temp = 1.0 if params.greedy else params.temperature
         for _ in range(params.max_new_tokens):
             nxt = _sample(logits, params)
-            chosen = (torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1)
+            chosen = (torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist()
                       if params.logprobs else None)
+            picked = nxt.tolist()  # one conversion per step, not one tensor access per row
             for b, seq in enumerate(active):
                 if seq < 0:
                     continue
-                t = int(nxt[b])
+                t = picked[b]
                 tokens[seq].append(t)
                 if chosen is not None:
-                    lps[seq].append(float(chosen[b]))
+                    lps[seq].append(chosen[b])
                 if t == eos:
                     finished[seq], active[b] = True, -1
                 elif params.stop and self._hit_stop(tokens[seq], params.stop):

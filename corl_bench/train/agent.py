@@ -35,7 +35,7 @@ import torch
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig
 from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, as_request, make_engine
-from corl_bench.train import grpo, memory
+from corl_bench.train import grpo, memory, prefix
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,12 @@ class MicroBatch:
     cmask: torch.Tensor  # (n, L) 1 on completion tokens
     entropy: torch.Tensor  # (n,) as PolicyForward.entropy
     self_certainty: torch.Tensor  # (n,)
+    shared: prefix.PrefixBatch | None = None  # grpo.shared_prefix: the same sequences in the shared layout
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(n, T) 1 on the completion tokens, in the layout the log-probs come in."""
+        return self.shared.mask if self.shared is not None else self.cmask[:, 1:]
 
 
 def concat_forwards(a: PolicyForward, b: PolicyForward) -> PolicyForward:
@@ -140,7 +146,7 @@ class Agent:
 
     def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
                  backend: str = "hf", temperature: float = 1.0, auxiliary: Sequence[AuxiliaryModel] = (),
-                 max_batch: int = 0) -> None:
+                 max_batch: int = 0, engine_options: Any = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.tokenizer = tokenizer
@@ -163,7 +169,7 @@ class Agent:
         if grpo_cfg.gradient_checkpointing:
             memory.enable_gradient_checkpointing(model)
         self.model = model
-        engine_kwargs = {"max_batch": max_batch} if max_batch > 0 else {}
+        engine_kwargs = {**(engine_options or {}), **({"max_batch": max_batch} if max_batch > 0 else {})}
         self.engines = {POLICY: make_engine(backend, model, tokenizer, **engine_kwargs)}
         for aux in auxiliary:
             if aux.generates:
@@ -200,14 +206,46 @@ class Agent:
             self.engines[name].sync_weights(module)
 
     # ------------------------------------------------------------------ training forward pass
-    def _batch(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> tuple[torch.Tensor, ...]:
-        """Right-padded (prompt + completion) ids, attention mask and completion mask, all (N, L)."""
+    def _prompt_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
         tok = self.tokenizer
         reqs = [as_request(p) for p in prompts]
         if all(r.text is not None for r in reqs):
-            p_ids = tok([r.text for r in reqs], add_special_tokens=True)["input_ids"]
-        else:
-            p_ids = [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
+            return tok([r.text for r in reqs], add_special_tokens=True)["input_ids"]
+        return [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
+
+    def _shared(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> prefix.PrefixBatch:
+        """The batch in the shared-prefix layout (``grpo.shared_prefix``); checked once against the plain pass."""
+        b = prefix.build(self._prompt_ids(prompts), [c.token_ids for c in completions], self.tokenizer.pad_token_id,
+                         next(self.model.parameters()).device)
+        if not getattr(self, "_prefix_checked", False):
+            self._check_shared(prompts[:4], completions[:4])
+            self._prefix_checked = True
+        return b
+
+    @torch.no_grad()
+    def _check_shared(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> None:
+        """The cached (shared-prefix) pass must give this model's plain log-probs; refuse the option otherwise."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            ids, att, cmask = self._batch(prompts, completions)
+            plain = grpo.logprobs_from_logits(self._token_logits(self.model, ids, att), ids[:, 1:], self.temperature)
+            plain = plain[cmask[:, 1:].bool()]
+            b = prefix.build(self._prompt_ids(prompts), [c.token_ids for c in completions],
+                             self.tokenizer.pad_token_id, ids.device)
+            shared = grpo.logprobs_from_logits(prefix.logits(self.model, b), b.ids, self.temperature)[b.att.bool()]
+        finally:
+            self.model.train(was)
+        gap = float((plain - shared).abs().max()) if plain.numel() else 0.0
+        tol = 1e-3 if next(self.model.parameters()).dtype == torch.float32 else 5e-2
+        if not gap <= tol:
+            raise RuntimeError(f"grpo.shared_prefix: agent {self.name}'s cached forward differs from its full "
+                               f"forward (max log-prob gap {gap:.2e} > {tol:g}); set grpo.shared_prefix=false")
+
+    def _batch(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> tuple[torch.Tensor, ...]:
+        """Right-padded (prompt + completion) ids, attention mask and completion mask, all (N, L)."""
+        tok = self.tokenizer
+        p_ids = self._prompt_ids(prompts)
         rows = [(p, list(c.token_ids)) for p, c in zip(p_ids, completions)]
         width = max(len(p) + len(c) for p, c in rows)
         n = len(rows)
@@ -277,6 +315,8 @@ class Agent:
         intrinsic rewards need no second pass over the model. With ``grpo.logit_chunk`` the logits are computed
         chunk by chunk over the completion positions (:meth:`_chunked`) and never exist for the whole batch.
         """
+        if self.cfg.shared_prefix:
+            return self._forward_shared(self._shared(prompts, completions))
         ids, att, cmask = self._batch(prompts, completions)
         targets, mask = ids[:, 1:], cmask[:, 1:]
         self.model.train()
@@ -295,6 +335,27 @@ class Agent:
                 ref_logp = self._logp(self.reference, ids, att, mask)
         return PolicyForward(logp=logp, mask=mask, entropy=entropy, self_certainty=certainty, ref_logp=ref_logp)
 
+    def _forward_shared(self, b: prefix.PrefixBatch) -> PolicyForward:
+        """:meth:`forward` in the shared-prefix layout: (N, Lc) log-probs with grad, statistics, reference."""
+        self.model.train()
+        logits = prefix.logits(self.model, b)
+        mask = b.mask
+        logp = grpo.logprobs_from_logits(logits, b.ids, self.temperature)
+        with torch.no_grad():
+            detached = logits.detach()
+            entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(detached, self.temperature), mask)
+            certainty = grpo.masked_seq_mean(grpo.self_certainty_from_logits(detached, self.temperature), mask)
+            ref_logp = None
+            if self.reference is not None:
+                ref_logp = grpo.logprobs_from_logits(prefix.logits(self.reference, b), b.ids, self.temperature)
+        return PolicyForward(logp=logp, mask=mask, entropy=entropy, self_certainty=certainty, ref_logp=ref_logp)
+
+    def _micro_logp(self, model: Any, b: MicroBatch) -> torch.Tensor:
+        """(n, T) log-probs of one scored micro-batch's completion tokens under ``model``, in its layout."""
+        if b.shared is not None:
+            return grpo.logprobs_from_logits(prefix.logits(model, b.shared), b.shared.ids, self.temperature)
+        return self._logp(model, b.ids, b.att, b.cmask[:, 1:])
+
     def score(self, samples: Sequence[TrainSample]) -> SampleStats:
         """Training forward pass over ``samples``; the graph waits inside the agent for :meth:`update`.
 
@@ -304,10 +365,21 @@ class Agent:
             entropy, certainty = [], []
             for i in range(0, len(samples), self.cfg.micro_batch):
                 part = samples[i: i + self.cfg.micro_batch]
-                ids, att, cmask = self._batch([s.request for s in part], [s.completion for s in part])
                 self.model.train()
-                ent, sc = self._stats(ids, att, cmask[:, 1:])
-                self._micro.append(MicroBatch(ids, att, cmask, ent, sc))
+                if self.cfg.shared_prefix:  # the shared layout only (the plain tensors are not needed)
+                    shared = self._shared([s.request for s in part], [s.completion for s in part])
+                    with torch.no_grad():
+                        logits = prefix.logits(self.model, shared)
+                        ent = grpo.masked_seq_mean(grpo.entropy_from_logits(logits, self.temperature), shared.mask)
+                        sc = grpo.masked_seq_mean(grpo.self_certainty_from_logits(logits, self.temperature),
+                                                  shared.mask)
+                    del logits
+                    empty = torch.empty(0)
+                    self._micro.append(MicroBatch(empty, empty, empty, ent, sc, shared))
+                else:
+                    ids, att, cmask = self._batch([s.request for s in part], [s.completion for s in part])
+                    ent, sc = self._stats(ids, att, cmask[:, 1:])
+                    self._micro.append(MicroBatch(ids, att, cmask, ent, sc))
                 entropy += ent.tolist()
                 certainty += sc.tolist()
             return SampleStats(entropy=entropy, self_certainty=certainty)
@@ -360,7 +432,7 @@ class Agent:
         loss (``grpo.grpo_loss_partial``, normalised by the whole batch's token / sequence count) back-propagated,
         and its graph freed before the next; then one optimiser step. Equals :meth:`step` within float tolerance.
         """
-        masks = [b.cmask[:, 1:] for b in batches]
+        masks = [b.mask for b in batches]
         counts = torch.cat([m.sum(-1) for m in masks])
         width = max(m.shape[1] for m in masks)
         denom = grpo.aggregate_denominator(counts, self.cfg.loss_agg, width, max_len)
@@ -372,11 +444,11 @@ class Agent:
             adv = advantages[start: start + mask.shape[0]].to(mask.device)
             start += mask.shape[0]
             self.model.train()
-            logp = self._logp(self.model, b.ids, b.att, mask)
+            logp = self._micro_logp(self.model, b)
             ref_logp = None
             if self.reference is not None:
                 with torch.no_grad():
-                    ref_logp = self._logp(self.reference, b.ids, b.att, mask)
+                    ref_logp = self._micro_logp(self.reference, b)
             out = grpo.grpo_loss_partial(logp, logp.detach(), adv, mask, denominator=denom,
                                          token_denominator=tok_denom, loss_agg=self.cfg.loss_agg,
                                          clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high,
@@ -404,7 +476,7 @@ class Agent:
         if self._micro:
             batches, self._micro = self._micro, []
             adv = torch.as_tensor(advantages, dtype=torch.float32).reshape(-1)
-            n = sum(b.ids.shape[0] for b in batches)
+            n = sum(b.mask.shape[0] for b in batches)
             if adv.numel() != n:
                 raise RuntimeError(f"agent {self.name}: {adv.numel()} advantages for {n} scored samples")
             return self.step_micro(batches, adv, max_len=max_len)

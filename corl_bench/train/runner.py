@@ -7,6 +7,7 @@ leaves ``results/`` untouched.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -94,13 +95,39 @@ def resolve(cfg: Config) -> Plan:
 
     check_selection(cfg, profile_cls, len(cohort.agents))  # eval.select: something to choose from, a dev split
     check_monitor(cfg)
+    if cfg.run.trackers:  # run.trackers: the packages are installed (nothing imported)
+        from corl_bench.train.trackers import check_trackers
+
+        check_trackers(cfg.run.trackers)
     check_data = getattr(profile_cls, "check_data", None)  # optional hook (corl_bench.profile)
     if check_data is not None:
         check_data(cfg)
     _check_output_dir(Path(cfg.run.output_dir))
-    _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
+    engine_cls = _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
+    if hasattr(engine_cls, "check_available"):  # optional hook: an engine whose backend is not installed (vllm)
+        engine_cls.check_available()
+    _check_engine_options(engine_cls, cfg.rollout.backend, cfg.rollout.engine_options)
+    if cfg.run.backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'; or set "
+                          "run.backend=local")
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     return Plan(cfg, method_cls, options)
+
+
+def _check_engine_options(engine_cls: Any, backend: str, options: Any) -> None:
+    """rollout.engine_options must be keyword options of the engine's constructor (one line naming them if not)."""
+    import inspect
+
+    if not options:
+        return
+    params = inspect.signature(engine_cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    for key in options:
+        if key not in known:
+            raise ConfigError(f"rollout.engine_options: the {backend} engine has no option {key!r} (it has: "
+                              f"{', '.join(known) or 'none'}); remove it or pick another rollout.backend")
 
 
 def _check_output_dir(path: Path) -> None:
@@ -249,14 +276,22 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
         profile = PROFILES.get(cfg.model.profile)(cfg.model)
         if hasattr(profile, "configure"):  # optional hook: the run's data and benchmarks (corl_bench.profile)
             profile.configure(cfg)
+        trackers: list[Any] = []
+        actors: list[Any] = []
         try:
             with RunProgress(console) as prog:
                 t0 = time.perf_counter()
                 prog.warm_start(profile, [a.family for a in cfg.cohort.agents])
-                agents = [Agent(spec, *load_for(profile, spec.family, spec.device or cfg.model.device), cfg.grpo,
-                                backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                                temperature=cfg.rollout.temperature, auxiliary=plan.method_cls.auxiliary)
-                          for spec in cfg.cohort.agents]
+                if cfg.run.backend == "ray":  # one actor per agent, each loads its own model where it runs
+                    from corl_bench.train.actors import start_agents
+
+                    agents = actors = start_agents(cfg, plan.method_cls.auxiliary)
+                else:
+                    agents = [Agent(spec, *load_for(profile, spec.family, spec.device or cfg.model.device),
+                                    cfg.grpo, backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
+                                    engine_options=dict(cfg.rollout.engine_options),
+                                    temperature=cfg.rollout.temperature, auxiliary=plan.method_cls.auxiliary)
+                              for spec in cfg.cohort.agents]
                 method = plan.method_cls(plan.options, cfg.cohort.agents)
                 info["teachers"] = method.teachers()
                 info["timings"]["models"] = time.perf_counter() - t0
@@ -282,6 +317,9 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                     info["phases"] = [p for p in info["phases"] if p != phase] + [phase]
                     info["timings"][f"eval_{phase}"] = time.perf_counter() - t
                     write_json(rd.info_path, info)
+                    for tr in trackers:  # run.trackers mirror the scores at the step they belong to
+                        tr.log_eval(phase, phase_step(phase, info.get("stopped_after_step", cfg.run.steps)),
+                                    scores[phase])
 
                 if hasattr(profile, "decontaminate"):  # before the first training problem is drawn
                     against = {b: items for b, (_, items) in benches.items()}
@@ -303,6 +341,10 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                     start = state["step"]
                     log.warning("resumed %s at step %d from %s", run_dir.name, start, checkpoint.name)
                 history = _history(run_dir, start)
+                if cfg.run.trackers:  # wandb / tensorboard mirror metrics.jsonl (off by default)
+                    from corl_bench.train.trackers import open_trackers, phase_step, step_rows
+
+                    trackers = open_trackers(cfg, run_dir, start)
                 watch = CollapseWatch(cfg, rd.metrics_path, info)  # the collapse alarm (label-free signals)
                 watch.replay(history)
                 if cfg.eval.before:
@@ -320,6 +362,8 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                         break
                     result = trainer.step(step)
                     trainer.write(result)
+                    for tr in trackers:
+                        tr.log_step(step, step_rows(result))
                     history.append(result.metrics)
                     stop = watch.observe(step, result.metrics, say=prog.alarm)  # event row; True: stop_on_collapse
                     prog.advance(task, 1, status=_status_line(result.metrics) + watch.status())
@@ -352,6 +396,15 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
             if friendly is not None:
                 raise friendly from None
             raise
+        finally:
+            if actors:
+                from corl_bench.train.actors import stop_agents
+
+                stop_agents(actors)
+            if trackers:
+                from corl_bench.train.trackers import close_trackers
+
+                close_trackers(trackers)
         info.update(status="finished", finished_at=now_iso(), wall_seconds=time.time() - started)
         info.pop("error", None)
         write_json(rd.info_path, info)

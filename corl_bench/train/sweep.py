@@ -169,13 +169,16 @@ def claim(spec: SweepSpec, cell: Cell) -> Iterator[bool]:
 
 
 def run_sweep(spec: SweepSpec, *, console: Any = None, on_cell: Callable[[Cell, str], None] | None = None,
-              threads: int = 0) -> dict[str, list[str]]:
+              threads: int = 0, ray_address: str | None = None, cpus_per_cell: float = 1.0) -> dict[str, list[str]]:
     """Run every cell not yet finished (``threads``: torch threads per cell, 0 = the config's); returns run ids as
-    {finished, skipped, elsewhere, resumed, ran, failed}."""
+    {finished, skipped, elsewhere, resumed, ran, failed}. ``ray_address`` (``""``: a local Ray or
+    ``$RAY_ADDRESS``; ``auto``: the cluster running here): every cell is a Ray task with ``cpus_per_cell`` CPUs."""
     import dataclasses
 
     if threads:
         spec = dataclasses.replace(spec, set={**spec.set, "model.threads": threads})
+    if ray_address is not None:
+        return _run_sweep_ray(spec, console, ray_address, cpus_per_cell)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
@@ -232,6 +235,71 @@ def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: 
         out["failed"].append(cell.run_id)
     else:
         out["resumed" if status == "interrupted" else "ran"].append(cell.run_id)
+
+
+def _ray_cell(spec: SweepSpec, cell: Cell, families: dict[str, Any]) -> tuple[str, str, list[str]]:
+    """One cell inside a Ray task: claim, run or resume (as a worker of the plain sweep would); (run id, outcome
+    key of :func:`run_sweep`'s result, log lines)."""
+    from rich.console import Console
+
+    from corl_bench.registries import FAMILIES
+
+    for name, family in families.items():  # families the driver registered at run time
+        if name not in FAMILIES:
+            FAMILIES.register(name, family)
+    out: dict[str, list[str]] = {k: [] for k in ("finished", "elsewhere", "resumed", "ran", "failed")}
+    with claim(spec, cell) as mine:
+        if not mine:
+            return cell.run_id, "elsewhere", []
+
+        class _Progress:
+            def update(self, *a: Any, **k: Any) -> None:
+                return None
+
+        _run_cell(spec, cell, out, _Progress(), None, Console(quiet=True), Console(quiet=True), None)
+    return cell.run_id, next(k for k, v in out.items() if v), []
+
+
+def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float) -> dict[str, list[str]]:
+    """The grid as Ray tasks: every unfinished cell submitted at once, Ray places them on free CPUs (any node)."""
+    from rich.console import Console
+
+    from corl_bench.registries import FAMILIES
+    from corl_bench.train.actors import forwarded_env, init_ray
+
+    ray = init_ray(address)
+    cells, skipped = plan(spec)
+    out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "elsewhere": [], "resumed": [], "ran": [],
+                                 "failed": []}
+    console = console or Console(stderr=True)
+    todo = []
+    for cell in cells:
+        if cell_status(spec, cell) == "finished":
+            out["finished"].append(cell.run_id)
+        else:
+            todo.append(cell)
+    cohorts = {c.cohort for c in todo}
+    families = {}
+    from corl_bench.train.runner import resolve
+
+    for c in todo:  # cohort agents' families (runtime-registered ones travel with the task)
+        for a in resolve(cell_config(spec, c)).config.cohort.agents:
+            if a.family in FAMILIES:
+                families[a.family] = FAMILIES.get(a.family)
+    task = ray.remote(_ray_cell).options(num_cpus=cpus, max_retries=0, runtime_env={"env_vars": forwarded_env()})
+    pending = {task.remote(spec, cell, families): cell for cell in todo}
+    log.info("sweep %s: %d cells as Ray tasks (%d cohorts), %s CPU each", spec.name, len(todo), len(cohorts), cpus)
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        cell = pending.pop(done[0])
+        try:
+            run_id, outcome, _ = ray.get(done[0])
+        except Exception as e:  # noqa: BLE001 - a task that died (node lost, out of memory)
+            log.error("sweep cell %s failed in its Ray task: %s", cell.run_id, e)
+            run_id, outcome = cell.run_id, "failed"
+        out[outcome].append(run_id)
+        _plain(console, f"sweep {spec.name}: {run_id} {outcome}")
+    return out
 
 
 def describe(result: dict[str, list[str]]) -> Sequence[str]:

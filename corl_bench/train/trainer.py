@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from itertools import count, islice
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -51,6 +51,33 @@ def _rollouts(agent: str, rows: list[list[Any]]) -> AgentRollouts:
     return AgentRollouts(agent=agent, answers=[[extract_normalized(c.text) for c in row] for row in rows],
                          completions=[[c.text for c in row] for row in rows],
                          finished=[[c.finished for c in row] for row in rows])
+
+
+def each(agents: list[Any], call: Callable[[Any], tuple[str, tuple, dict]]) -> dict[str, Any]:
+    """Run one call per agent, ``call(agent) -> (method, args, kwargs)``; returns {agent name: result}.
+
+    Agents that can start a call without waiting (:class:`corl_bench.train.actors.RayAgent`: ``submit``) all start
+    before any is waited for, so they run at the same time; in-process agents run one after another. Either way
+    each agent sees the same calls in the same order, so the results are the same. The first agent's exception (in
+    cohort order) is raised after every started call has finished."""
+    started = []
+    for a in agents:
+        method, args, kwargs = call(a)
+        submit = getattr(a, "submit", None)
+        started.append((a.name, submit(method, *args, **kwargs) if submit is not None else None, (a, method, args,
+                                                                                                  kwargs)))
+    out: dict[str, Any] = {}
+    error: BaseException | None = None
+    for name, pending, (a, method, args, kwargs) in started:
+        try:
+            out[name] = pending.result() if pending is not None else getattr(a, method)(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others have finished
+            if pending is None:
+                raise
+            error = error or e
+    if error is not None:
+        raise error
+    return out
 
 
 @dataclass
@@ -119,14 +146,14 @@ class Trainer:
         #    rollouts of every auxiliary model that generates (an EMA teacher), each on its own seed stream
         t0 = time.perf_counter()
         requests = {a.name: [render_for(self.profile, p, a.spec) for p in problems] for a in self.agents}
-        comps, rollouts = {}, {}
-        for a in self.agents:
-            comps[a.name] = a.generate(requests[a.name], self._params(self.method.generation_n(k), a, step, 0))
-            rollouts[a.name] = _rollouts(a.name, comps[a.name])
+        n = self.method.generation_n(k)
+        comps = each(self.agents, lambda a: ("generate", (requests[a.name], self._params(n, a, step, 0)), {}))
+        rollouts = {name: _rollouts(name, rows) for name, rows in comps.items()}
         aux_rollouts: dict[str, dict[str, AgentRollouts]] = {}
         for aux in (x for x in self.method.auxiliary if x.generates):
-            aux_rollouts[aux.name] = {a.name: _rollouts(a.name, a.generate(
-                requests[a.name], self._params(k, a, step, aux.seed_salt), model=aux.name)) for a in self.agents}
+            rows = each(self.agents, lambda a: ("generate", (requests[a.name], self._params(k, a, step, aux.seed_salt)),
+                                                {"model": aux.name}))
+            aux_rollouts[aux.name] = {name: _rollouts(name, r) for name, r in rows.items()}
         timer["rollout"] = time.perf_counter() - t0
 
         # 2. one training-side forward pass per agent over its first K rollouts of every prompt; the agent keeps
@@ -134,10 +161,9 @@ class Trainer:
         t0 = time.perf_counter()
         train = {a.name: [TrainSample(req, row[j]) for req, row in zip(requests[a.name], comps[a.name])
                           for j in range(k)] for a in self.agents}
-        stats = {}
-        for a in self.agents:
-            scored = a.score(train[a.name])
-            stats[a.name] = SequenceStats(entropy=_rows(scored.entropy, k), self_certainty=_rows(scored.self_certainty, k))
+        scored = each(self.agents, lambda a: ("score", (train[a.name],), {}))
+        stats = {name: SequenceStats(entropy=_rows(s.entropy, k), self_certainty=_rows(s.self_certainty, k))
+                 for name, s in scored.items()}
         timer["forward"] = time.perf_counter() - t0
 
         try:
@@ -163,12 +189,12 @@ class Trainer:
         # 3b. samples a method generated on top (CoMAS critiques and scores) join their author's update
         t0 = time.perf_counter()
         lengths = {}
+        with_extra = [a for a in self.agents if rewards[a.name].extra]
+        each(with_extra, lambda a: ("score", ([TrainSample(as_request(e.prompt), e.completion)
+                                               for e in rewards[a.name].extra],), {}))
         for a in self.agents:
-            extra = rewards[a.name].extra
-            if extra:
-                a.score([TrainSample(as_request(e.prompt), e.completion) for e in extra])
             lengths[a.name] = [len(s.completion.token_ids) for s in train[a.name]] + [len(e.completion.token_ids)
-                                                                                     for e in extra]
+                                                                                     for e in rewards[a.name].extra]
         override = self.method.advantages(batch, rewards, lengths)
         timer["forward"] += time.perf_counter() - t0
 
@@ -182,15 +208,17 @@ class Trainer:
             check_finite(r, "rewards", a.name, step)
             adv_of[a.name] = self._advantages(a.name, r, rewards, override, lengths)
             check_finite(adv_of[a.name], "advantages", a.name, step)
+        try:
+            updates = each(self.agents, lambda a: ("update", (adv_of[a.name].tolist(),),
+                                                   {"max_len": cfg.rollout.max_new_tokens}))
+        except NumericalError as e:
+            raise NumericalError(e.quantity, e.agent, step, e.detail) from None
+        for aux in self.method.auxiliary:
+            alpha = self.method.auxiliary_update(aux.name, step, cfg.run.steps)
+            if alpha:
+                each(self.agents, lambda a: ("update_auxiliary", (aux.name, alpha), {}))
         for a in self.agents:
-            try:
-                upd = a.update(adv_of[a.name].tolist(), max_len=cfg.rollout.max_new_tokens)
-            except NumericalError as e:
-                raise NumericalError(e.quantity, a.name, step, e.detail) from None
-            for aux in self.method.auxiliary:
-                alpha = self.method.auxiliary_update(aux.name, step, cfg.run.steps)
-                if alpha:
-                    a.update_auxiliary(aux.name, alpha)
+            upd = updates[a.name]
             result.metrics[a.name] = agent_diagnostics(
                 rollouts=rollouts[a.name], rewards=rewards[a.name], truth=truth, k=k, own_votes=votes[a.name],
                 other_votes={o.name: votes[o.name] for o in self.agents if o.name != a.name},

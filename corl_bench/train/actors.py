@@ -1,0 +1,182 @@
+"""``run.backend=ray``: every agent in its own Ray actor, the controller moving only plain data.
+
+Each actor builds its agent where it runs (the model is loaded on the actor's node, on the devices Ray reserved for
+it: ``run.gpus_per_agent`` / ``run.cpus_per_agent``, or a cohort agent's own ``gpus`` / ``cpus``), so weights never
+travel through the controller. The controller holds a :class:`RayAgent` per actor: the agent boundary of
+:mod:`corl_bench.train.agent` (``generate``, ``score``, ``update``, ``update_auxiliary``, ``discard``,
+``state_dict``, ``load_state_dict``, ``save``) as blocking calls, plus :meth:`RayAgent.submit` which starts a call
+and returns at once. The trainer (:func:`corl_bench.train.trainer.each`) submits a phase to every agent before it
+waits for any, so the rollouts, forward passes and updates of all agents run at the same time; what crosses is
+requests, completions (token ids, log-probs, text), advantages and statistics.
+
+Everything an agent computes is the same as in one process: each actor seeds torch with ``run.seed`` as the
+in-process runner does, and every agent's sampling has its own seed, so metrics, predictions and weights equal
+those of ``run.backend=local`` (tested). Multi-node: ``ray start --head`` on one machine, ``ray start
+--address=<head>:6379`` on the others (each with corl-bench installed and the results directory on a shared
+filesystem), then ``corl-bench run ... --set run.backend=ray`` on the head.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+# environment a local worker process needs to find the same caches and data as the controller
+_FORWARDED = ("CORL_BENCH_CACHE", "CORL_BENCH_DATA", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+              "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM", "PYTHONPATH")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]' (or "
+                           "pip install ray), or set run.backend=local") from None
+    return ray
+
+
+def forwarded_env() -> dict[str, str]:
+    """The controller's environment variables that a worker needs (caches, data, offline switches)."""
+    return {k: os.environ[k] for k in _FORWARDED if k in os.environ}
+
+
+def init_ray(address: str = "", num_cpus: int | None = None) -> Any:
+    """Connect to the Ray cluster at ``address`` (``auto``: the one running here; empty: ``$RAY_ADDRESS`` if set,
+    else a new local Ray); returns the ``ray`` module. Idempotent."""
+    ray = _ray()
+    if not ray.is_initialized():
+        address = address or os.environ.get("RAY_ADDRESS", "")
+        kwargs: dict[str, Any] = {"address": address} if address else {"num_cpus": num_cpus or os.cpu_count() or 1,
+                                                                          "object_store_memory": 512 * 2**20}
+        ray.init(log_to_driver=False, logging_level=logging.WARNING, include_dashboard=False, **kwargs)
+        log.info("ray: %s", "joined " + address if address else "started a local Ray")
+    return ray
+
+
+class AgentHost:
+    """What runs inside one actor: builds the agent (profile, model, optimizer, engines) and serves its calls."""
+
+    def __init__(self, cfg: Any, spec: Any, auxiliary: Sequence[Any], threads: int,
+                 families: dict[str, Any] | None = None) -> None:
+        import torch
+
+        from corl_bench.profile import load_for
+        from corl_bench.registries import FAMILIES, PROFILES
+        from corl_bench.train.agent import Agent
+
+        for name, family in (families or {}).items():  # families the controller registered at run time
+            if name not in FAMILIES:
+                FAMILIES.register(name, family)
+
+        torch.set_num_threads(max(1, threads))
+        torch.manual_seed(cfg.run.seed)  # as the in-process runner does before it builds the agents
+        profile = PROFILES.get(cfg.model.profile)(cfg.model)
+        if hasattr(profile, "configure"):
+            profile.configure(cfg)
+        device = spec.device or cfg.model.device
+        if device.startswith("cuda:") and os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+            device = "cuda"  # Ray shows the actor only its own GPUs: cuda:N of the cohort names a host device
+        model, tok = load_for(profile, spec.family, device)
+        self.agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
+                           engine_options=dict(cfg.rollout.engine_options),
+                           temperature=cfg.rollout.temperature, auxiliary=auxiliary)
+
+    def call(self, method: str, args: tuple, kwargs: dict) -> Any:
+        return getattr(self.agent, method)(*args, **kwargs)
+
+    def tokenizer(self) -> Any:
+        return self.agent.tokenizer
+
+    def where(self) -> dict[str, Any]:
+        import socket
+
+        import torch
+
+        return {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
+                "device": str(next(self.agent.model.parameters()).device)}
+
+
+class Pending:
+    """A call started on an actor; :meth:`result` waits for it (and raises the agent's own exception)."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self) -> Any:
+        ray = _ray()
+        try:
+            return ray.get(self.ref)
+        except ray.exceptions.RayTaskError as e:  # the agent's exception itself (NumericalError, ...), not Ray's
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+
+
+BOUNDARY = ("generate", "score", "update", "update_auxiliary", "discard", "state_dict", "load_state_dict", "save")
+
+
+class RayAgent:
+    """The controller's handle on one agent actor: the agent boundary as calls (blocking, or :meth:`submit`)."""
+
+    def __init__(self, handle: Any, spec: Any, tokenizer: Any) -> None:
+        self.handle = handle
+        self.spec = spec
+        self.name = spec.name
+        self.tokenizer = tokenizer  # a copy, for rendering evaluation prompts with the agent's chat template
+
+    def submit(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+        if method not in BOUNDARY:
+            raise AttributeError(f"{method} is not part of the agent boundary ({', '.join(BOUNDARY)})")
+        return Pending(self.handle.call.remote(method, args, kwargs))
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr not in BOUNDARY:
+            raise AttributeError(attr)
+        return lambda *args, **kwargs: self.submit(attr, *args, **kwargs).result()
+
+
+def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[RayAgent]:
+    """One actor per cohort agent, with its resources; returns their handles once every agent is built."""
+    ray = init_ray(cfg.run.ray_address)
+    env = forwarded_env()
+    remote = ray.remote(AgentHost)
+    from corl_bench.registries import FAMILIES
+
+    families = {s.family: FAMILIES.get(s.family) for s in cfg.cohort.agents if s.family in FAMILIES}
+    handles = []
+    for spec in cfg.cohort.agents:
+        cpus = spec.cpus if spec.cpus is not None else cfg.run.cpus_per_agent
+        gpus = spec.gpus if spec.gpus is not None else cfg.run.gpus_per_agent
+        threads = cfg.model.threads or max(1, int(cpus))
+        handles.append(remote.options(num_cpus=cpus, num_gpus=gpus, name=None, max_restarts=0,
+                                      runtime_env={"env_vars": env}).remote(cfg, spec, tuple(auxiliary), threads,
+                                                                          families))
+    try:
+        toks = ray.get([h.tokenizer.remote() for h in handles])
+    except ray.exceptions.RayTaskError as e:
+        stop_agents(handles)
+        cause = getattr(e, "cause", None)
+        raise (cause if isinstance(cause, BaseException) else e) from None
+    agents = [RayAgent(h, s, t) for h, s, t in zip(handles, cfg.cohort.agents, toks)]
+    for a, where in zip(agents, ray.get([h.where.remote() for h in handles])):
+        log.info("agent %s: actor on %s (pid %s, %s threads, %s)", a.name, where["host"], where["pid"],
+                 where["threads"], where["device"])
+    return agents
+
+
+def stop_agents(agents: Sequence[Any]) -> None:
+    """Kill the actors (their models and optimizer state go with them)."""
+    try:
+        import ray
+    except ImportError:
+        return
+    for a in agents:
+        handle = getattr(a, "handle", a)
+        try:
+            ray.kill(handle)
+        except Exception:  # noqa: BLE001 - an actor that died already
+            pass

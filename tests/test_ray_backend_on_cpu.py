@@ -1,0 +1,131 @@
+"""``run.backend=ray`` on a local Ray (CPU): one actor per agent gives metrics, samples, predictions and weights
+identical to the in-process backend; a Ray run killed with SIGKILL resumes from its checkpoint to the same end; the
+sweep runs its cells as Ray tasks with the same results as one process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from corl_bench.config import load_config
+from corl_bench.registries import FAMILIES
+from tests.conftest import tiny_family
+
+ray = pytest.importorskip("ray", reason="run.backend=ray needs Ray (pip install -e '.[ray]'); the test extra has it")
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 4
+FAMS = ("qwen2-bpe", "neox-bpe")
+
+
+def _register() -> None:
+    for name in FAMS:
+        fam = tiny_family(name, warmstart_steps=4, warmstart_batch=16)
+        if fam.name not in FAMILIES:
+            FAMILIES.register(fam.name, fam)
+
+
+def _sets(root: Path, out: str, backend: str) -> list[str]:
+    return ["method.name=corl", "cohort.name=tiny-pair",
+            "cohort.agents=[{name: a0, family: tiny-qwen2-bpe}, {name: a1, family: tiny-neox-bpe, seed_offset: 1}]",
+            f"run.steps={STEPS}", "run.checkpoint_every=1", f"run.output_dir={root / out}", "run.run_id=r",
+            f"model.cache_dir={root / 'cache'}", "run.log_samples_every=1", "rollout.prompts_per_step=3",
+            "rollout.samples_per_prompt=4", "rollout.max_new_tokens=10", "eval.max_problems=4", "eval.samples=2",
+            "eval.max_new_tokens=10", "grpo.lr=1e-3", "model.threads=1", f"run.backend={backend}"]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    _register()
+    yield tmp_path_factory.mktemp("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def local(root):
+    from corl_bench.train.checkpoint import run_fingerprint
+    from corl_bench.train.runner import run
+
+    return run_fingerprint(run(load_config(None, _sets(root, "local", "local"))))
+
+
+def _diff(a: dict, b: dict) -> list:
+    from corl_bench.train.checkpoint import fingerprint_diff
+
+    return fingerprint_diff(a, b)
+
+
+def test_ray_actors_give_the_in_process_results_bit_for_bit(root, local):
+    from corl_bench.train.checkpoint import run_fingerprint
+    from corl_bench.train.runner import run
+
+    run_dir = run(load_config(None, _sets(root, "ray", "ray")))
+    fp = run_fingerprint(run_dir)
+    assert set(fp["weights"]) == {"a0", "a1"} and fp["metrics"] and fp["predictions"]
+    assert _diff(local, fp) == []
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from corl_bench.config import load_config
+    from corl_bench.train.runner import run
+    from tests.test_ray_backend_on_cpu import _register, _sets
+    from pathlib import Path
+    _register()
+    run(load_config(None, _sets(Path({tmp!r}), "killed", "ray")), auto_resume=False)
+""")
+
+
+def test_a_ray_run_killed_mid_training_resumes_to_the_same_end(root, local):
+    """SIGKILL of the controller's process group once the second checkpoint exists; --resume in this process."""
+    from corl_bench.train.checkpoint import run_fingerprint
+    from corl_bench.train.runner import run
+
+    run_dir = root / "killed" / "r"
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=str(ROOT), tmp=str(root))], cwd=ROOT,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (run_dir / "checkpoints" / "step-000002").is_dir():
+        if proc.poll() is not None:
+            pytest.fail(f"the Ray run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    assert (run_dir / "checkpoints" / "step-000002").is_dir(), "no checkpoint within 240 s"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "checkpoints" / "final").exists()
+    resumed = run(load_config(None, _sets(root, "killed", "ray")), resume=run_dir)
+    assert _diff(local, run_fingerprint(resumed)) == []
+
+
+def test_sweep_cells_as_ray_tasks_equal_the_plain_sweep(root):
+    from corl_bench.results import RunDir
+    from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
+    from corl_bench.train.sweep import SweepSpec, run_sweep
+
+    common = {k: v for k, v in (s.split("=", 1) for s in _sets(root, "x", "local"))
+              if k.startswith(("rollout.", "eval.", "grpo.", "model.", "cohort.agents"))}
+    common.update({"run.steps": 2, "run.checkpoint_every": 1})
+
+    def spec(name: str) -> SweepSpec:
+        return SweepSpec(name=name, output_dir=str(root / name), methods=("corl", "ttrl"), cohorts=("tiny-pair",),
+                         seeds=(0,), set=common)
+
+    plain = run_sweep(spec("plain"))
+    on_ray = run_sweep(spec("onray"), ray_address="")
+    assert sorted(plain["ran"]) == sorted(on_ray["ran"]) == ["corl-tiny-pair-s0", "ttrl-tiny-pair-s0"]
+    assert not on_ray["failed"]
+    for run_id in on_ray["ran"]:
+        a, b = (root / n / "runs" / run_id for n in ("plain", "onray"))
+        assert RunDir(b).info()["status"] == "finished"
+        assert fingerprint_diff(run_fingerprint(a), run_fingerprint(b)) == []
+    again = run_sweep(spec("onray"), ray_address="")  # finished cells are not rerun
+    assert sorted(again["finished"]) == sorted(on_ray["ran"]) and not again["ran"]
