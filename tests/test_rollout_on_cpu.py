@@ -124,3 +124,20 @@ def test_fast_engine_stops_rows_independently(tiny_qwen):
         for c in row:
             assert "=" not in c.text
             assert len(c.token_ids) <= 15
+
+
+def test_fast_engine_sampler_draws_the_categorical_distribution_and_never_a_zero_weight():
+    import torch
+
+    from corl_bench.rollout.fast import _categorical
+
+    torch.manual_seed(0)
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0], [1e-6, 0.5, 0.0, 0.5 - 1e-6, 0.0]])
+    draws = torch.stack([_categorical(probs) for _ in range(20_000)])  # (draws, rows)
+    for row in range(3):
+        freq = torch.bincount(draws[:, row], minlength=5).double() / draws.shape[0]
+        assert (freq[probs[row] == 0] == 0).all()
+        assert torch.allclose(freq, probs[row].double(), atol=0.012), (row, freq)
+    unnormalised = torch.tensor([[2.0, 0.0, 6.0]])  # weights need not sum to one
+    freq = torch.bincount(torch.cat([_categorical(unnormalised) for _ in range(20_000)]), minlength=3) / 20_000.0
+    assert abs(float(freq[0]) - 0.25) < 0.012 and float(freq[1]) == 0.0

@@ -12,7 +12,7 @@ so an interrupted evaluation keeps what it finished and a re-run generates only 
 that are missing. Predictions made under another version of the benchmark are refused (delete them or write
 elsewhere), never mixed.
 
-**Seed rule** (``SEED_RULE = 2``): the items are cut into chunks of ``chunk`` problems over the *full* item list
+**Seed rule** (``SEED_RULE = 3``): the items are cut into chunks of ``chunk`` problems over the *full* item list
 (chunk ``i`` = ``items[i*chunk:(i+1)*chunk]``, whatever is already done), and the generate call of the chunk that
 starts at item index ``start`` gets the sampling seed :func:`chunk_seed` ``(seed + start * 1_000_003) % 2**31``.
 A chunk with a missing key is regenerated whole with its own seed and only the missing keys are kept, so a resumed
@@ -20,7 +20,9 @@ evaluation writes exactly the rows of an uninterrupted one. A training run evalu
 (``chunk=None``) with ``seed = eval_seed(run seed, agent seed offset)``: one generate call per decoding with that
 seed, which is the in-run evaluation as it always was (its predictions are bit-identical to earlier versions).
 Rule 1 (before this unification) seeded offline chunks with ``seed * 1_000_003 + crc32(first id)`` over the
-*missing* items; ``corl-bench eval`` records the rule in its manifest and refuses to mix the two.
+*missing* items; rule 3 keeps rule 2's seeds but the ``fast`` engine draws its samples by inverse-CDF sampling instead
+of ``torch.multinomial`` (same distribution, other random numbers for a seed); ``corl-bench eval`` records the rule
+in its manifest and refuses to mix them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ Generate = Callable[[list[Any], Any], list[list[Any]]]
 ``params`` a :class:`corl_bench.rollout.SamplingParams`; ``result[p]`` holds ``params.n``
 :class:`corl_bench.rollout.Completion`\\ s of ``prompts[p]`` (an agent's or an engine's ``generate``)."""
 
-SEED_RULE = 2
+SEED_RULE = 3
 """The version of the chunk-seed rule (see the module docstring); recorded in ``eval_manifest.json``."""
 
 

@@ -36,13 +36,26 @@ _COMPACT_AT = 0.25  # drop finished rows once this share of the batch has finish
 _RESERVE = 64  # KV-cache room allocated beyond the prompt (it then grows by half whenever full)
 
 
-def _sample(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """(B, V) raw logits -> (B,) sampled token ids (greedy, or temperature + top-p)."""
+def _categorical(weights: torch.Tensor) -> torch.Tensor:
+    """(B, K) non-negative weights -> (B,) one index per row drawn with probability weight / row sum.
+
+    Exact inverse-CDF sampling: the float64 cumulative sum, one uniform per row scaled to the row's mass, a binary
+    search (the first index whose cumulative mass exceeds it, so zero-weight entries are never drawn). The same
+    distribution as ``torch.multinomial(weights, 1)``, other random numbers, and on the CPU about 5x faster over a
+    49k vocabulary (``torch.multinomial`` took 54 ms per call at 32 x 49,152 here, most of a SmolLM2 decode step)."""
+    cum = weights.double().cumsum(-1)
+    u = torch.rand((weights.shape[0], 1), dtype=torch.float64, device=weights.device) * cum[:, -1:]
+    return torch.searchsorted(cum, u, right=True).squeeze(-1).clamp_(max=weights.shape[-1] - 1)
+
+
+def _sample(logits: torch.Tensor, params: SamplingParams, logp: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, V) raw logits -> (B,) sampled token ids (greedy, or temperature + top-p); ``logp``: the (B, V)
+    ``log_softmax(logits / T)`` when the caller has it already (the probabilities are its exp)."""
     if params.greedy:
         return logits.argmax(-1)
-    probs = torch.softmax(logits / params.temperature, dim=-1)
+    probs = logp.exp() if logp is not None else torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p >= 1.0:
-        return torch.multinomial(probs, 1).squeeze(-1)
+        return _categorical(probs)
     k = min(_TOPK, probs.shape[-1])
     top_p, top_i = probs.topk(k, dim=-1)  # sorted descending
     cum = top_p.cumsum(-1)
@@ -51,13 +64,13 @@ def _sample(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if bool(enough.any()):
         p = top_p[enough].clone()
         p[(cum[enough] - p) >= params.top_p] = 0.0  # keep the smallest prefix whose mass reaches top_p
-        out[enough] = top_i[enough].gather(-1, torch.multinomial(p, 1)).squeeze(-1)
+        out[enough] = top_i[enough].gather(-1, _categorical(p).unsqueeze(-1)).squeeze(-1)
     if not bool(enough.all()):
         rest = probs[~enough]
         sp, si = rest.sort(-1, descending=True)
         c = sp.cumsum(-1)
         sp[(c - sp) >= params.top_p] = 0.0
-        out[~enough] = si.gather(-1, torch.multinomial(sp, 1)).squeeze(-1)
+        out[~enough] = si.gather(-1, _categorical(sp).unsqueeze(-1)).squeeze(-1)
     return out
 
 
@@ -121,9 +134,9 @@ class FastEngine(InProcessEngine):
         eos = tok.eos_token_id
         temp = 1.0 if params.greedy else params.temperature
         for _ in range(params.max_new_tokens):
-            nxt = _sample(logits, params)
-            chosen = (torch.log_softmax(logits / temp, dim=-1).gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist()
-                      if params.logprobs else None)
+            logp = torch.log_softmax(logits / temp, dim=-1) if params.logprobs else None
+            nxt = _sample(logits, params, logp)
+            chosen = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist() if logp is not None else None
             picked = nxt.tolist()  # one conversion per step, not one tensor access per row
             for b, seq in enumerate(active):
                 if seq < 0:

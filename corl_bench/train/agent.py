@@ -338,13 +338,10 @@ class Agent:
     def _forward_shared(self, b: prefix.PrefixBatch) -> PolicyForward:
         """:meth:`forward` in the shared-prefix layout: (N, Lc) log-probs with grad, statistics, reference."""
         self.model.train()
-        logits = prefix.logits(self.model, b)
         mask = b.mask
-        logp = grpo.logprobs_from_logits(logits, b.ids, self.temperature)
+        logp, ent, cert = grpo.token_stats(prefix.logits(self.model, b), b.ids, self.temperature)
         with torch.no_grad():
-            detached = logits.detach()
-            entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(detached, self.temperature), mask)
-            certainty = grpo.masked_seq_mean(grpo.self_certainty_from_logits(detached, self.temperature), mask)
+            entropy, certainty = grpo.masked_seq_mean(ent, mask), grpo.masked_seq_mean(cert, mask)
             ref_logp = None
             if self.reference is not None:
                 ref_logp = grpo.logprobs_from_logits(prefix.logits(self.reference, b), b.ids, self.temperature)
@@ -369,11 +366,8 @@ class Agent:
                 if self.cfg.shared_prefix:  # the shared layout only (the plain tensors are not needed)
                     shared = self._shared([s.request for s in part], [s.completion for s in part])
                     with torch.no_grad():
-                        logits = prefix.logits(self.model, shared)
-                        ent = grpo.masked_seq_mean(grpo.entropy_from_logits(logits, self.temperature), shared.mask)
-                        sc = grpo.masked_seq_mean(grpo.self_certainty_from_logits(logits, self.temperature),
-                                                  shared.mask)
-                    del logits
+                        _, ent, sc = grpo.token_stats(prefix.logits(self.model, shared), shared.ids, self.temperature)
+                        ent, sc = grpo.masked_seq_mean(ent, shared.mask), grpo.masked_seq_mean(sc, shared.mask)
                     empty = torch.empty(0)
                     self._micro.append(MicroBatch(empty, empty, empty, ent, sc, shared))
                 else:

@@ -274,6 +274,25 @@ def logprobs_from_logits(logits: Tensor, tokens: Tensor, temperature: float = 1.
     return torch.log_softmax(z, dim=-1).gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
 
+def token_stats(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
+    """Log-probs of ``tokens``, entropy and self-certainty from ONE log-softmax (the fast path of the training pass).
+
+    logits: (N, T, V); tokens: (N, T). Returns (logp, entropy, certainty), each (N, T): logp with grad as
+    :func:`logprobs_from_logits`; entropy = -sum_v p_v log p_v and certainty = -mean_v log p_v - log V, detached —
+    the same quantities as :func:`entropy_from_logits` and :func:`self_certainty_from_logits` (equal within float
+    rounding), without their softmax and two logsumexp passes over the (N, T, V) logits.
+    """
+    if tokens.shape != logits.shape[:-1]:
+        raise ValueError(f"tokens must have shape {tuple(logits.shape[:-1])}, got {tuple(tokens.shape)}")
+    ls = torch.log_softmax(_scaled_logits(logits, temperature), dim=-1)
+    logp = ls.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        d = ls.detach()
+        entropy = -(d.exp() * d).sum(-1)
+        certainty = -d.mean(-1) - math.log(d.shape[-1])
+    return logp, entropy, certainty
+
+
 @dataclass(frozen=True)
 class LossOutput:
     """Result of ``grpo_loss``; all fields are scalar tensors."""
