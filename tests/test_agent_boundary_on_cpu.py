@@ -116,6 +116,37 @@ def test_training_steps_through_a_pickling_proxy_equal_in_process_agents(method,
         assert "update_auxiliary" in proxies[0].calls
 
 
+class Deferred:
+    """A call started but not run until its result is asked for (as a Ray actor's future)."""
+
+    def __init__(self, fn, args, kwargs) -> None:
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def result(self):
+        return self.fn(*self.args, **self.kwargs)
+
+
+class SubmittingProxy(PicklingProxy):
+    """A proxy that also starts calls without waiting (``submit``), as ``RayAgent`` does: the trainer's ``each``
+    then starts a phase on every agent before it asks for any result."""
+
+    def submit(self, method: str, *args, **kwargs):
+        self.submitted = getattr(self, "submitted", 0) + 1
+        return Deferred(getattr(self, method), args, kwargs)
+
+
+@pytest.mark.parametrize("method", ["corl", "comas", "co-rewarding-ii", "corl-peer-majority"])
+def test_training_steps_with_calls_submitted_to_every_agent_first_equal_in_process(method, tiny_qwen, tmp_path):
+    model, tok = tiny_qwen
+    cfg = _config(method, tmp_path)
+    expected = _run(method, _agents(method, model, tok, cfg), cfg, tmp_path / "plain")
+    proxies = [SubmittingProxy(a) for a in _agents(method, model, tok, cfg)]
+    got = _run(method, proxies, cfg, tmp_path / "submitted")
+    assert got == expected
+    assert all(p.submitted >= 3 * STEPS for p in proxies)  # generate, score, update went through submit
+    assert {"generate", "score", "update"} <= set(proxies[0].calls)
+
+
 @pytest.mark.parametrize("method", ["corl", "co-rewarding-ii"])
 def test_checkpoints_through_the_proxy_resume_bit_identically(method, tiny_qwen, tmp_path):
     model, tok = tiny_qwen
