@@ -154,6 +154,10 @@ class GRPOConfig:
     kl_coef: float = 0.0
     """k3 KL to the initial policy; 0 as in the paper (no reference model is kept)"""
     max_grad_norm: float = 1.0
+    behaviour_is_cap: float = 0.0
+    """> 0: weight each token's policy-gradient term by min(exp(logp - logp_engine), cap), the truncated importance
+    ratio against the rollout engine's own log-probs (TRL's vllm_importance_sampling_correction, cap 3.0): corrects
+    an engine whose numerics differ from the trainer's (vLLM, bf16). 0 = off"""
     # memory of the training step (all off by default: the step then computes exactly what it always did)
     micro_batch: int = 0
     """sequences per forward/backward in the update (gradient accumulation, one optimiser step; the update equals
@@ -202,6 +206,8 @@ class GRPOConfig:
             raise ConfigError(f"grpo.loss_agg: {e}") from None
         _check(self.kl_coef >= 0, f"grpo.kl_coef must be >= 0 (got {self.kl_coef}); set grpo.kl_coef=0")
         _positive("grpo", "max_grad_norm", self.max_grad_norm, "1.0")
+        _check(self.behaviour_is_cap == 0 or self.behaviour_is_cap >= 1, f"grpo.behaviour_is_cap must be 0 (off) or "
+               f">= 1 (got {self.behaviour_is_cap}); set grpo.behaviour_is_cap=3.0 (TRL's default cap)")
 
 
 @dataclass(frozen=True)

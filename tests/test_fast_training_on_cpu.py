@@ -97,3 +97,44 @@ def test_shared_prefix_refuses_chunked_logits_and_checkpointing():
     for bad in ("grpo.logit_chunk=8", "grpo.gradient_checkpointing=true"):
         with pytest.raises(ConfigError, match="grpo.shared_prefix cannot be combined"):
             load_config(None, ["grpo.shared_prefix=true", bad])
+
+
+def test_truncated_is_weight_is_the_capped_ratio_and_one_off_the_mask():
+    from corl_bench.train import grpo
+
+    logp = torch.log(torch.tensor([[0.5, 0.5, 0.2], [0.9, 0.1, 0.3]]))
+    beh = torch.log(torch.tensor([[0.25, 0.5, 0.01], [0.9, 0.05, 0.3]]))
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    w = grpo.truncated_is_weight(logp, beh, mask, 3.0)
+    assert torch.allclose(w, torch.tensor([[2.0, 1.0, 3.0], [1.0, 2.0, 1.0]]), atol=1e-5)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "shared-prefix"])
+@pytest.mark.parametrize("micro", [0, 4], ids=["whole", "micro4"])
+def test_behaviour_is_correction_scales_the_policy_gradient_term(tiny_qwen, shared, micro):
+    """The engine's own log-probs (the hf engine's equal the trainer's) leave the update as it was; log-probs
+    log 2 lower double every token's term; log 5 lower are capped at 3."""
+    import dataclasses
+    import math
+
+    model, tok = tiny_qwen
+    rows = _agent(model, tok).generate(PROMPTS, SamplingParams(n=4, temperature=1.0, max_new_tokens=12, seed=3))
+    adv = torch.linspace(0.1, 1, 12).tolist()  # not summing to 0: the loss is then not 0
+
+    def loss(cap: float, shift: float) -> float:
+        samples = [TrainSample(Request(text=p), dataclasses.replace(c, logprobs=tuple(x - shift for x in c.logprobs)))
+                   for p, row in zip(PROMPTS, rows) for c in row]
+        agent = _agent(model, tok, behaviour_is_cap=cap, shared_prefix=shared, micro_batch=micro)
+        agent.score(samples)
+        return agent.update(adv, max_len=12).loss
+
+    base = loss(0.0, 0.0)
+    assert abs(base) > 1e-3  # a loss that a factor can be seen in
+    assert abs(loss(3.0, 0.0) - base) < 1e-5
+    assert abs(loss(3.0, math.log(2.0)) - 2 * base) < 1e-4
+    assert abs(loss(3.0, math.log(5.0)) - 3 * base) < 1e-4
+
+
+def test_behaviour_is_cap_below_one_is_refused():
+    with pytest.raises(ConfigError, match="grpo.behaviour_is_cap"):
+        load_config(None, ["grpo.behaviour_is_cap=0.5"])

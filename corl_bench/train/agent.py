@@ -99,6 +99,7 @@ class PolicyForward:
     entropy: torch.Tensor  # (N,) mean token entropy per sequence at the rollout temperature (detached)
     self_certainty: torch.Tensor  # (N,) mean token KL(U || p) per sequence (detached)
     ref_logp: torch.Tensor | None = None  # (N, T) under the frozen reference, when grpo.kl_coef > 0
+    behaviour: torch.Tensor | None = None  # (N, T) the rollout engine's log-probs, when grpo.behaviour_is_cap > 0
 
 
 @dataclass
@@ -112,6 +113,7 @@ class MicroBatch:
     entropy: torch.Tensor  # (n,) as PolicyForward.entropy
     self_certainty: torch.Tensor  # (n,)
     shared: prefix.PrefixBatch | None = None  # grpo.shared_prefix: the same sequences in the shared layout
+    behaviour: torch.Tensor | None = None  # (n, T) the engine's log-probs in the mask's layout (behaviour_is_cap)
 
     @property
     def mask(self) -> torch.Tensor:
@@ -126,12 +128,15 @@ def concat_forwards(a: PolicyForward, b: PolicyForward) -> PolicyForward:
     def pad(x: torch.Tensor | None) -> torch.Tensor | None:
         return None if x is None else torch.nn.functional.pad(x, (0, width - x.shape[1]))
 
-    ref = None
+    ref = beh = None
     if a.ref_logp is not None and b.ref_logp is not None:
         ref = torch.cat([pad(a.ref_logp), pad(b.ref_logp)])
+    if a.behaviour is not None and b.behaviour is not None:
+        beh = torch.cat([pad(a.behaviour), pad(b.behaviour)])
     return PolicyForward(logp=torch.cat([pad(a.logp), pad(b.logp)]), mask=torch.cat([pad(a.mask), pad(b.mask)]),
                          entropy=torch.cat([a.entropy, b.entropy]),
-                         self_certainty=torch.cat([a.self_certainty, b.self_certainty]), ref_logp=ref)
+                         self_certainty=torch.cat([a.self_certainty, b.self_certainty]), ref_logp=ref,
+                         behaviour=beh)
 
 
 def _frozen_copy(model: Any) -> Any:
@@ -370,16 +375,36 @@ class Agent:
                         ent, sc = grpo.masked_seq_mean(ent, shared.mask), grpo.masked_seq_mean(sc, shared.mask)
                     empty = torch.empty(0)
                     self._micro.append(MicroBatch(empty, empty, empty, ent, sc, shared))
+                    if self.cfg.behaviour_is_cap:
+                        self._micro[-1].behaviour = self._behaviour([s.completion for s in part], shared.mask)
                 else:
                     ids, att, cmask = self._batch([s.request for s in part], [s.completion for s in part])
                     ent, sc = self._stats(ids, att, cmask[:, 1:])
                     self._micro.append(MicroBatch(ids, att, cmask, ent, sc))
+                    if self.cfg.behaviour_is_cap:
+                        self._micro[-1].behaviour = self._behaviour([s.completion for s in part], cmask[:, 1:])
                 entropy += ent.tolist()
                 certainty += sc.tolist()
             return SampleStats(entropy=entropy, self_certainty=certainty)
         fwd = self.forward([s.request for s in samples], [s.completion for s in samples])
+        if self.cfg.behaviour_is_cap:
+            fwd.behaviour = self._behaviour([s.completion for s in samples], fwd.mask)
         self._pending = fwd if self._pending is None else concat_forwards(self._pending, fwd)
         return SampleStats(entropy=fwd.entropy.tolist(), self_certainty=fwd.self_certainty.tolist())
+
+    def _behaviour(self, completions: Sequence[Completion], mask: torch.Tensor) -> torch.Tensor:
+        """(N, T) the engine's log-probs of each completion's tokens, placed where ``mask`` marks them."""
+        if any(len(c.logprobs) != len(c.token_ids) for c in completions):
+            raise RuntimeError(f"agent {self.name}: grpo.behaviour_is_cap needs the rollout engine's log-probs of "
+                               "every token; this engine returned none (set grpo.behaviour_is_cap=0)")
+        flat = torch.tensor([lp for c in completions for lp in c.logprobs], dtype=torch.float32, device=mask.device)
+        return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_scatter(mask.bool(), flat)
+
+    def _is_weight(self, logp: torch.Tensor, behaviour: torch.Tensor | None, mask: torch.Tensor
+                   ) -> torch.Tensor | None:
+        if behaviour is None or not self.cfg.behaviour_is_cap:
+            return None
+        return grpo.truncated_is_weight(logp, behaviour, mask, self.cfg.behaviour_is_cap)
 
     def discard(self) -> None:
         """Drop scored samples without updating (a step that failed before the update)."""
@@ -397,7 +422,8 @@ class Agent:
         advantages = advantages.to(mask.device)
         out = grpo.grpo_loss(fwd.logp, fwd.logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
                              clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, kl_coef=self.cfg.kl_coef,
-                             ref_logp=fwd.ref_logp, max_len=max_len)
+                             ref_logp=fwd.ref_logp, max_len=max_len,
+                             is_weight=self._is_weight(fwd.logp, fwd.behaviour, mask))
         check_finite(out.loss.detach(), "loss", self.name)
         self.optimizer.zero_grad(set_to_none=True)
         out.loss.backward()
@@ -446,7 +472,8 @@ class Agent:
             out = grpo.grpo_loss_partial(logp, logp.detach(), adv, mask, denominator=denom,
                                          token_denominator=tok_denom, loss_agg=self.cfg.loss_agg,
                                          clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high,
-                                         kl_coef=self.cfg.kl_coef, ref_logp=ref_logp)
+                                         kl_coef=self.cfg.kl_coef, ref_logp=ref_logp,
+                                         is_weight=self._is_weight(logp, b.behaviour, mask))
             try:
                 check_finite(out.loss.detach(), "loss", self.name)
             except NumericalError:

@@ -179,6 +179,18 @@ def policy_loss(
     return loss, clipped & m
 
 
+def truncated_is_weight(logp: Tensor, behaviour_logp: Tensor, mask: Tensor, cap: float) -> Tensor:
+    """Per-token truncated importance weight min(exp(logp - behaviour_logp), cap), detached; 1 outside ``mask``.
+
+    logp: (N, T) the trainer's log-probs of the sampled tokens; behaviour_logp: (N, T) the rollout engine's
+    (TRL ``vllm_importance_sampling_correction`` with ``vllm_importance_sampling_cap``, truncated IS of Yao et al.
+    2025). Returns (N, T)."""
+    _check_nt("behaviour_logp", behaviour_logp, logp)
+    m = mask.bool()
+    log_ratio = torch.where(m, logp.detach() - behaviour_logp, torch.zeros_like(logp))
+    return torch.exp(log_ratio.clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)).clamp(max=cap).detach()
+
+
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """Schulman k3 estimator of KL(pi || ref) per token (verl ``low_var_kl``).
 
@@ -316,6 +328,7 @@ def grpo_loss(
     ref_logp: Tensor | None = None,
     max_len: int | None = None,
     dual_clip: float | None = None,
+    is_weight: Tensor | None = None,
 ) -> LossOutput:
     """Full GRPO loss (TRL ``GRPOTrainer.compute_loss`` structure, verl conventions).
 
@@ -323,7 +336,8 @@ def grpo_loss(
     Per token: pg (``policy_loss``) + kl_coef * k3 (``kl_k3``) when kl_coef > 0,
     added before aggregation as TRL does; then ``aggregate`` with ``loss_agg``
     (aliases allowed) and ``max_len``. kl_coef > 0 without ref_logp raises
-    ValueError. ``kl`` is reported whenever ref_logp is given, even at kl_coef 0.
+    ValueError. ``kl`` is reported whenever ref_logp is given, even at kl_coef 0. ``is_weight`` (N, T), detached
+    (:func:`truncated_is_weight`): multiplies each token's policy-gradient term.
     """
     mode = resolve_loss_agg(loss_agg)
     if kl_coef < 0:
@@ -331,6 +345,8 @@ def grpo_loss(
     if kl_coef > 0 and ref_logp is None:
         raise ValueError("kl_coef > 0 needs ref_logp (reference-model log-probs)")
     pg_tok, clipped = policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high, dual_clip)
+    if is_weight is not None:
+        pg_tok = pg_tok * is_weight.detach()
     m = mask.bool()
     per_tok = pg_tok
     kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
@@ -413,6 +429,7 @@ def grpo_loss_partial(
     kl_coef: float = 0.0,
     ref_logp: Tensor | None = None,
     dual_clip: float | None = None,
+    is_weight: Tensor | None = None,
 ) -> LossOutput:
     """One micro-batch's share of ``grpo_loss`` over the whole batch (gradient accumulation).
 
@@ -428,6 +445,8 @@ def grpo_loss_partial(
     if kl_coef > 0 and ref_logp is None:
         raise ValueError("kl_coef > 0 needs ref_logp (reference-model log-probs)")
     pg_tok, clipped = policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high, dual_clip)
+    if is_weight is not None:
+        pg_tok = pg_tok * is_weight.detach()
     m = mask.bool()
     per_tok = pg_tok
     kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
