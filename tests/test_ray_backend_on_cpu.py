@@ -4,6 +4,7 @@ sweep runs its cells as Ray tasks with the same results as one process."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -26,15 +27,17 @@ FAMS = ("qwen2-bpe", "neox-bpe")
 
 
 def _register() -> None:
+    """This module's own family names: another module may have registered ``tiny-qwen2-bpe`` with other settings
+    in this process, and the driver subprocess of the kill test must build exactly the same families."""
     for name in FAMS:
-        fam = tiny_family(name, warmstart_steps=4, warmstart_batch=16)
+        fam = dataclasses.replace(tiny_family(name, warmstart_steps=4, warmstart_batch=16), name=f"raytest-{name}")
         if fam.name not in FAMILIES:
             FAMILIES.register(fam.name, fam)
 
 
 def _sets(root: Path, out: str, backend: str) -> list[str]:
     return ["method.name=corl", "cohort.name=tiny-pair",
-            "cohort.agents=[{name: a0, family: tiny-qwen2-bpe}, {name: a1, family: tiny-neox-bpe, seed_offset: 1}]",
+            "cohort.agents=[{name: a0, family: raytest-qwen2-bpe}, {name: a1, family: raytest-neox-bpe, seed_offset: 1}]",
             f"run.steps={STEPS}", "run.checkpoint_every=1", f"run.output_dir={root / out}", "run.run_id=r",
             f"model.cache_dir={root / 'cache'}", "run.log_samples_every=1", "rollout.prompts_per_step=3",
             "rollout.samples_per_prompt=4", "rollout.max_new_tokens=10", "eval.max_problems=4", "eval.samples=2",
