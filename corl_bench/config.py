@@ -109,8 +109,9 @@ class ModelConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     backend: str = "hf"
-    """a registered rollout engine (``corl-bench ls engines``): ``hf`` (transformers generate with KV cache) or
-    ``fast`` (shared prefill per prompt and finished rows dropped from the batch; what ``corl-bench eval`` uses)"""
+    """a registered rollout engine (``corl-bench ls engines``): ``hf`` (transformers generate with KV cache),
+    ``fast`` (shared prefill per prompt and finished rows dropped from the batch; what ``corl-bench eval`` uses) or
+    ``vllm`` (its own copy of the weights, synced after every update; ``pip install vllm`` / ``make vllm-env``)"""
     prompts_per_step: int = 16
     """prompts per training step; every agent sees the same prompts in the same order"""
     samples_per_prompt: int = 8
