@@ -29,6 +29,7 @@ import contextlib
 import datetime as _dt
 import importlib.metadata
 import json
+import re
 import os
 import platform
 import subprocess
@@ -161,6 +162,16 @@ def is_event(row: Mapping[str, Any]) -> bool:
 def step_phase(step: int) -> str:
     """The evaluation phase after ``step`` training steps (``step-000020``); the others are ``base`` and ``final``."""
     return f"step-{step:06d}"
+
+
+def phase_step(phase: str, steps: int | None) -> int | None:
+    """Training steps behind an evaluation phase: base -> 0, step-N -> N, final -> ``steps``; None if unknown."""
+    if phase == "base":
+        return 0
+    if phase == "final":
+        return steps
+    match = re.fullmatch(r"step-(\d+)", phase)
+    return int(match.group(1)) if match else None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ import io
 import json
 import logging
 import math
-import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from corl_bench.results import RunDir, atomic_write_bytes, read_jsonl
+from corl_bench.results import RunDir, atomic_write_bytes, phase_step, read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -151,16 +150,6 @@ def _alarm_steps(run_dir: Path) -> dict[str, int]:
         return {}
     return {str(e["agent"]): int(e["step"]) for e in events
             if e.get("event") == "collapse-alarm" and isinstance(e.get("step"), int) and "agent" in e}
-
-
-def phase_step(phase: str, steps: int | None) -> int | None:
-    """Training steps behind an evaluation phase: base -> 0, step-N -> N, final -> ``steps``; None if unknown."""
-    if phase == "base":
-        return 0
-    if phase == "final":
-        return steps
-    match = re.fullmatch(r"step-(\d+)", phase)
-    return int(match.group(1)) if match else None
 
 
 @lru_cache(maxsize=1)

@@ -43,6 +43,23 @@ def forwarded_env() -> dict[str, str]:
     return {k: os.environ[k] for k in _FORWARDED if k in os.environ}
 
 
+def register_families(families: dict[str, Any]) -> None:
+    """In a worker process: register the model families the controller had registered at run time (a plugin or a
+    script's own), unless the worker knows them already."""
+    from corl_bench.registries import FAMILIES
+
+    for name, family in families.items():
+        if name not in FAMILIES:
+            FAMILIES.register(name, family)
+
+
+def runtime_families(names: Any) -> dict[str, Any]:
+    """{name: family} of the controller's registered families among ``names`` (what a worker is sent)."""
+    from corl_bench.registries import FAMILIES
+
+    return {n: FAMILIES.get(n) for n in names if n in FAMILIES}
+
+
 def init_ray(address: str = "", num_cpus: int | None = None) -> Any:
     """Connect to the Ray cluster at ``address`` (``auto``: the one running here; empty: ``$RAY_ADDRESS`` if set,
     else a new local Ray); returns the ``ray`` module. Idempotent."""
@@ -64,12 +81,10 @@ class AgentHost:
         import torch
 
         from corl_bench.profile import load_for
-        from corl_bench.registries import FAMILIES, PROFILES
+        from corl_bench.registries import PROFILES
         from corl_bench.train.agent import Agent
 
-        for name, family in (families or {}).items():  # families the controller registered at run time
-            if name not in FAMILIES:
-                FAMILIES.register(name, family)
+        register_families(families or {})
 
         torch.set_num_threads(max(1, threads))
         torch.manual_seed(cfg.run.seed)  # as the in-process runner does before it builds the agents
@@ -144,9 +159,7 @@ def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[RayAgent]:
     ray = init_ray(cfg.run.ray_address)
     env = forwarded_env()
     remote = ray.remote(AgentHost)
-    from corl_bench.registries import FAMILIES
-
-    families = {s.family: FAMILIES.get(s.family) for s in cfg.cohort.agents if s.family in FAMILIES}
+    families = runtime_families(s.family for s in cfg.cohort.agents)
     handles = []
     for spec in cfg.cohort.agents:
         cpus = spec.cpus if spec.cpus is not None else cfg.run.cpus_per_agent

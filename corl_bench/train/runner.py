@@ -342,7 +342,9 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                     log.warning("resumed %s at step %d from %s", run_dir.name, start, checkpoint.name)
                 history = _history(run_dir, start)
                 if cfg.run.trackers:  # wandb / tensorboard mirror metrics.jsonl (off by default)
-                    from corl_bench.train.trackers import open_trackers, phase_step, step_rows
+                    from corl_bench.results import phase_step
+                    from corl_bench.train.trackers import open_trackers
+                    from corl_bench.train.trainer import step_rows
 
                     trackers = open_trackers(cfg, run_dir, start)
                 watch = CollapseWatch(cfg, rd.metrics_path, info)  # the collapse alarm (label-free signals)

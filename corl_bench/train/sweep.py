@@ -237,35 +237,33 @@ def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: 
         out["resumed" if status == "interrupted" else "ran"].append(cell.run_id)
 
 
-def _ray_cell(spec: SweepSpec, cell: Cell, families: dict[str, Any]) -> tuple[str, str, list[str]]:
+def _ray_cell(spec: SweepSpec, cell: Cell, families: dict[str, Any]) -> tuple[str, str]:
     """One cell inside a Ray task: claim, run or resume (as a worker of the plain sweep would); (run id, outcome
-    key of :func:`run_sweep`'s result, log lines)."""
+    key of :func:`run_sweep`'s result)."""
     from rich.console import Console
 
-    from corl_bench.registries import FAMILIES
+    from corl_bench.train.actors import register_families
 
-    for name, family in families.items():  # families the driver registered at run time
-        if name not in FAMILIES:
-            FAMILIES.register(name, family)
+    register_families(families)  # families the driver registered at run time
     out: dict[str, list[str]] = {k: [] for k in ("finished", "elsewhere", "resumed", "ran", "failed")}
     with claim(spec, cell) as mine:
         if not mine:
-            return cell.run_id, "elsewhere", []
+            return cell.run_id, "elsewhere"
 
         class _Progress:
             def update(self, *a: Any, **k: Any) -> None:
                 return None
 
         _run_cell(spec, cell, out, _Progress(), None, Console(quiet=True), Console(quiet=True), None)
-    return cell.run_id, next(k for k, v in out.items() if v), []
+    return cell.run_id, next(k for k, v in out.items() if v)
 
 
 def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float) -> dict[str, list[str]]:
     """The grid as Ray tasks: every unfinished cell submitted at once, Ray places them on free CPUs (any node)."""
     from rich.console import Console
 
-    from corl_bench.registries import FAMILIES
-    from corl_bench.train.actors import forwarded_env, init_ray
+    from corl_bench.train.actors import forwarded_env, init_ray, runtime_families
+    from corl_bench.train.runner import resolve
 
     ray = init_ray(address)
     cells, skipped = plan(spec)
@@ -279,13 +277,8 @@ def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float) -> 
         else:
             todo.append(cell)
     cohorts = {c.cohort for c in todo}
-    families = {}
-    from corl_bench.train.runner import resolve
-
-    for c in todo:  # cohort agents' families (runtime-registered ones travel with the task)
-        for a in resolve(cell_config(spec, c)).config.cohort.agents:
-            if a.family in FAMILIES:
-                families[a.family] = FAMILIES.get(a.family)
+    families = runtime_families({a.family for c in todo  # runtime-registered ones travel with the tasks
+                                 for a in resolve(cell_config(spec, c)).config.cohort.agents})
     task = ray.remote(_ray_cell).options(num_cpus=cpus, max_retries=0, runtime_env={"env_vars": forwarded_env()})
     pending = {task.remote(spec, cell, families): cell for cell in todo}
     log.info("sweep %s: %d cells as Ray tasks (%d cohorts), %s CPU each", spec.name, len(todo), len(cohorts), cpus)
@@ -293,7 +286,7 @@ def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float) -> 
         done, _ = ray.wait(list(pending), num_returns=1)
         cell = pending.pop(done[0])
         try:
-            run_id, outcome, _ = ray.get(done[0])
+            run_id, outcome = ray.get(done[0])
         except Exception as e:  # noqa: BLE001 - a task that died (node lost, out of memory)
             log.error("sweep cell %s failed in its Ray task: %s", cell.run_id, e)
             run_id, outcome = cell.run_id, "failed"

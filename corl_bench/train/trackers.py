@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 from corl_bench.config import Config, ConfigError
+from corl_bench.results import phase_step  # noqa: F401 (re-exported: the step an evaluation phase belongs to)
 
 log = logging.getLogger(__name__)
 PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard"}  # tracker -> the package it needs
@@ -40,20 +41,6 @@ def check_trackers(names: Sequence[str]) -> None:
         if importlib.util.find_spec(PACKAGES[name]) is None:
             raise ConfigError(f"run.trackers: {name} is not installed; pip install {PACKAGES[name]} (or pip install "
                               f"'corl-bench[trackers]'), or drop it from run.trackers")
-
-
-def step_rows(result: Any) -> list[dict[str, Any]]:
-    """A StepResult's metrics.jsonl rows, exactly as :meth:`corl_bench.train.trainer.Trainer.write` writes them."""
-    return [{"step": result.step, "agent": name, **vals, **{f"time/{k}": v for k, v in result.seconds.items()}}
-            for name, vals in result.metrics.items()]
-
-
-def phase_step(phase: str, final_step: int) -> int:
-    """The training step an evaluation phase belongs to: base 0, step-000020 20, final ``final_step``."""
-    if phase == "base":
-        return 0
-    m = re.fullmatch(r"step-(\d+)", phase)
-    return int(m.group(1)) if m else final_step
 
 
 def _numeric(value: Any) -> bool:

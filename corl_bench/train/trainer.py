@@ -80,6 +80,12 @@ def each(agents: list[Any], call: Callable[[Any], tuple[str, tuple, dict]]) -> d
     return out
 
 
+def step_rows(result: "StepResult") -> list[dict[str, Any]]:
+    """A step's metrics.jsonl rows: one per agent, its metrics and the step's timings (what trackers mirror too)."""
+    return [{"step": result.step, "agent": name, **vals, **{f"time/{k}": v for k, v in result.seconds.items()}}
+            for name, vals in result.metrics.items()]
+
+
 @dataclass
 class StepResult:
     step: int
@@ -281,8 +287,6 @@ class Trainer:
         return rows
 
     def write(self, result: StepResult) -> None:
-        rows = [{"step": result.step, "agent": name, **vals, **{f"time/{k}": v for k, v in result.seconds.items()}}
-                for name, vals in result.metrics.items()]
-        append_jsonl(RunDir(self.run_dir).metrics_path, rows)
+        append_jsonl(RunDir(self.run_dir).metrics_path, step_rows(result))
         if result.samples:
             append_jsonl(RunDir(self.run_dir).samples_path, result.samples)
