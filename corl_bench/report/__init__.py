@@ -5,7 +5,9 @@ Imports point one way (tests/test_architecture_on_cpu.py)::
 
     collect (read runs, regrade)   methods (how methods describe themselves)   reference (the paper's numbers)
         ^                               ^                                           ^
-        +------------- layout (blocks, rows, marks, footer) ------------------------+
+        +-- cells (table data) <- footer (protocol) <- kinds (text / vision-language, --reference paper)
+                          ^
+                       layout (blocks, rows, marks, build)
                           ^
                        render (md, LaTeX, CSV, HTML, rich)
                           ^

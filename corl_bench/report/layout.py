@@ -5,9 +5,13 @@ Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
 * :func:`build` ``(source, *, metrics=("avg_k",), reference=None, backbone=None) -> PaperTable`` - ``source`` is
   a results directory or a :class:`corl_bench.report.collect.Collected`; every number is recomputed from stored
   predictions.
+* :func:`paper_table` ``(backbone=None) -> PaperTable`` - the paper's tables on their own (main LLM table,
+  vision-language small and large tiers, vision-language ensemble control; or the blocks of one backbone).
 * :func:`corl_bench.report.methods.row_labels` - (method, cohort) -> row label, in row order, as the methods
   declare them (``ROW_LABELS`` here is the same, kept for one release).
-* :func:`fmt_pct`, :func:`fmt_signed`, :func:`cell_text` - the display precision that marks are computed at.
+* :func:`fmt_pct`, :func:`fmt_signed`, :func:`cell_text` - the display precision that marks are computed at; they and
+  the table's data classes live in :mod:`corl_bench.report.cells`, the footer in :mod:`corl_bench.report.footer`,
+  text vs vision-language tables and ``--reference paper`` in :mod:`corl_bench.report.kinds` (all re-exported here).
 
 Rules: one :class:`Block` per agent family. A block starts with Base (the base-phase evaluation of that family,
 per seed from the block's runs in row order), then one row per (method, cohort) in the order the methods declare
@@ -19,30 +23,35 @@ with a warning. A multi-agent run with several agents of one family gives one ro
 (run.json ``tag``) get their own row right after the untagged one. Marks: per column, the best label-free mean is
 bold ("b"), the second underlined ("u"), compared at display precision (ties share); Base, methods of kind
 uses-labels (GT-Reward) or control (Random reward), unknown methods, tagged rows and paper rows are not ranked.
+Runs on vision-language benchmarks (the paper's multimodal suites, the micro-visual suite) get a table of their own
+in the layout of the paper's vision-language tables (``PaperTable.kind`` "vlm"; beside text runs it follows the text
+table as ``PaperTable.also``).
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from corl_bench.report import kinds
 from corl_bench.report import methods as method_views
 from corl_bench.report import reference as ref
-from corl_bench.report.collect import (METRIC_LABELS, AgentResult, Collected, RunInfo, check_metrics, collect_results,
+from corl_bench.report.cells import (BASE_LABEL, MISSING, TEXT, VLM, Block, Column, PaperTable, Stat, TableRow,
+                                     cell_text, fmt_pct, fmt_signed, stat_of)
+from corl_bench.report.collect import (METRIC_LABELS, AgentResult, Collected, check_metrics, collect_results,
                                        natural_key)
+from corl_bench.report.footer import footer as make_footer
+from corl_bench.report.footer import selection_text
 from corl_bench.report.methods import ANY, UNKNOWN, MethodView
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ANY", "BASE_LABEL", "Block", "Column", "PaperTable", "Stat", "TableRow", "build", "cell_text",
-           "check_reference", "fmt_pct", "fmt_signed"]
+__all__ = ["ANY", "BASE_LABEL", "MISSING", "TEXT", "VLM", "Block", "Column", "PaperTable", "Stat", "TableRow", "build",
+           "cell_text", "check_reference", "fmt_pct", "fmt_signed", "paper_table", "selection_text"]
 
-BASE_LABEL = "Base"
 PREFERRED_COHORT = "single"
-MISSING = "–"
 
 
 def __getattr__(name: str) -> Any:
@@ -58,99 +67,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True)
-class Stat:
-    """Mean and sample sd (None with fewer than two values) over ``n`` seeds; fractions in [0, 1]."""
-
-    mean: Optional[float] = None
-    sd: Optional[float] = None
-    n: int = 0
-
-
-@dataclass(frozen=True)
-class Column:
-    """A numeric column: ``kind`` "value" (one benchmark x metric), "avg" or "delta"."""
-
-    kind: str
-    metric: str
-    benchmark: str
-    header: str
-
-
-@dataclass(frozen=True)
-class TableRow:
-    """One displayed row. ``kind``: base, reference (uses labels), label-free, control, unknown (a method not
-    described here) or paper; only label-free rows are ranked."""
-
-    label: str
-    kind: str
-    group: str  # the label without agent and tag ("TTRL", "Base"); the paper's rows are looked up by it
-    method: str
-    cohorts: tuple[str, ...]
-    tag: str
-    agent: str
-    family: str
-    seeds: tuple[int, ...]
-    run_ids: tuple[str, ...]
-    cells: tuple[Stat, ...]  # one per value column, then the Avg
-    delta: Optional[float]  # Avg minus the block's Base Avg
-    marks: tuple[str, ...] = ()  # "b" / "u" / "" per value column, Avg and delta
-
-
-@dataclass(frozen=True)
-class Block:
-    """The rows of one backbone (agent family)."""
-
-    family: str
-    backbone: Optional[str]  # the paper backbone it maps to (reference.BACKBONES), if any
-    rows: tuple[TableRow, ...]
-    base_sources: tuple[tuple[int, str], ...]  # (seed, run id) that supplied Base
-
-
-@dataclass(frozen=True)
-class PaperTable:
-    """Everything a renderer needs: columns, blocks, footer lines, reference notes, warnings."""
-
-    metrics: tuple[str, ...]
-    benchmarks: tuple[str, ...]
-    columns: tuple[Column, ...]  # value columns, then Avg, then Δ
-    blocks: tuple[Block, ...]
-    footer: tuple[str, ...]
-    notes: tuple[str, ...] = ()  # lines about --reference
-    warnings: tuple[str, ...] = ()
-    paper_blocks: tuple[ref.PaperBlock, ...] = ()  # the paper's tables to show on their own
-
-
-def fmt_pct(value: Optional[float]) -> str:
-    """A fraction as percent with one decimal ("62.3"); "–" for None."""
-    return MISSING if value is None else f"{100.0 * value:.1f}"
-
-
-def fmt_signed(value: Optional[float]) -> str:
-    """A fraction as signed percent with one decimal ("+1.2"); "–" for None."""
-    return MISSING if value is None else f"{100.0 * value:+.1f}"
-
-
-def cell_text(stat: Stat) -> str:
-    """"mean ± sd" with one decimal (just the mean with fewer than two seeds); "–" when missing."""
-    if stat.mean is None:
-        return MISSING
-    return fmt_pct(stat.mean) + (f" ± {fmt_pct(stat.sd)}" if stat.sd is not None else "")
-
-
-def _stat(values: Sequence[Optional[float]]) -> Stat:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return Stat()
-    return Stat(sum(vals) / len(vals), statistics.stdev(vals) if len(vals) >= 2 else None, len(vals))
-
-
 def check_reference(reference: Optional[str], backbone: Optional[str], path: Optional[Path] = None) -> None:
     """ValueError (one line naming the fix) unless ``reference`` is None or "paper" and ``backbone`` is known."""
     if reference not in (None, "paper"):
         raise ValueError(f"unknown reference {reference!r}; the only one is 'paper' (--reference paper)")
     if backbone is not None:
-        names = ref.backbones(path)
+        names = ref.backbones(path) + ref.vlm_backbones(path)
         if backbone not in names:
             raise ValueError(f"unknown backbone {backbone!r}; the paper's are: {', '.join(names)}")
 
@@ -257,14 +179,14 @@ def _columns(metrics: Sequence[str], benchmarks: Sequence[str], results: Sequenc
 
 def _cells(per_seed: Sequence[dict[str, dict[str, Optional[float]]]], columns: Sequence[Column],
            benchmarks: Sequence[str]) -> tuple[Stat, ...]:
-    values = [_stat([s.get(c.benchmark, {}).get(c.metric) for s in per_seed]) for c in columns if c.kind == "value"]
+    values = [stat_of([s.get(c.benchmark, {}).get(c.metric) for s in per_seed]) for c in columns if c.kind == "value"]
     metric = columns[-1].metric
 
     def seed_avg(scores: dict[str, dict[str, Optional[float]]]) -> Optional[float]:
         vals = [scores.get(b, {}).get(metric) for b in benchmarks]
         return None if not vals or any(v is None for v in vals) else sum(vals) / len(vals)  # type: ignore[arg-type]
 
-    return tuple(values) + (_stat([seed_avg(s) for s in per_seed]),)
+    return tuple(values) + (stat_of([seed_avg(s) for s in per_seed]),)
 
 
 def _marks(rows: Sequence[TableRow], n_columns: int) -> list[tuple[str, ...]]:
@@ -319,225 +241,64 @@ def _block(family: str, groups: Sequence[_Group], columns: Sequence[Column], ben
                  tuple((s, base_seeds[s].run_id) for s in seeds))
 
 
-# ------------------------------------------------------------------------------------------ footer
-def _decoding_text(decoding: Optional[tuple[tuple[str, Any], ...]]) -> str:
-    if decoding is None:
-        return "not recorded"
-    d = dict(decoding)
-    parts = []
-    if isinstance(d.get("samples"), str):  # benchmarks of one eval target differ in k
-        parts.append(f"k per benchmark ({d['samples']})")
-    elif "samples" in d:
-        parts.append(f"k={d['samples']} samples")
-    if "temperature" in d:
-        parts.append(f"temperature {d['temperature']}")
-    if "top_p" in d:
-        parts.append(f"top-p {d['top_p']}")
-    if "greedy" in d:
-        parts.append(f"greedy {'yes' if d['greedy'] else 'no'}")
-    if "max_new_tokens" in d:
-        parts.append(f"max_new_tokens {d['max_new_tokens']}")
-    if d.get("max_problems"):
-        parts.append(f"first {d['max_problems']} problems")
-    return ", ".join(parts) or "not recorded"
-
-
-def _names(run_ids: Sequence[str], limit: int = 3) -> str:
-    run_ids = list(run_ids)
-    more = f" and {len(run_ids) - limit} more" if len(run_ids) > limit else ""
-    return ", ".join(run_ids[:limit]) + more
-
-
-def _spec_info(bench: str) -> Optional[dict[str, Any]]:
-    try:
-        from corl_bench.registries import BENCHMARKS
-
-        if bench not in BENCHMARKS:
-            return None
-        raw = BENCHMARKS.get(bench)
-        return dict(raw) if isinstance(raw, dict) else None
-    except Exception:  # noqa: BLE001 - a broken registry entry must not break the table
-        logger.debug("cannot read the spec of %s", bench, exc_info=True)
-        return None
-
-
-def _unranked_text(blocks: Sequence[Block]) -> str:
-    """"Base, GT-Reward (uses labels), Random reward (control) and tagged rows": what the marks skip, from the
-    registered methods' kinds (and the unknown methods shown, if any)."""
-    refs, controls = method_views.unranked_labels()
-    parts = [BASE_LABEL]
-    if refs:
-        parts.append(f"{', '.join(refs)} (uses labels)")
-    if controls:
-        parts.append(f"{', '.join(controls)} (control)")
-    if any(row.kind == UNKNOWN for b in blocks for row in b.rows):
-        parts.append("methods not registered here")
-    return ", ".join(parts) + " and tagged rows"
-
-
-def selection_text(rule: str, benchmark: str) -> str:
-    """How a table footer states an ``eval.select`` rule (the test-oracle one in bold: it is optimistic)."""
-    if rule == "dev":
-        return f"selected on {benchmark} (labelled, disjoint from test)"
-    if rule == "label-free":
-        return (f"selected label-free by peer agreement on {benchmark} (majority answers, labels unread; phases "
-                "before a collapse alarm)")
-    if rule == "test-oracle":
-        return f"**selected on the test set (test-oracle): optimistic** (best {benchmark} pass@1)"
-    return f"selected by {rule} on {benchmark}"
-
-
-def _checkpoint_lines(runs: Sequence[RunInfo], warnings: list[str]) -> list[str]:
-    """The footer's checkpoint rule: final (steps, mixed or not), or each eval.select rule and its runs; runs that
-    stopped early on the collapse alarm are named."""
-    lines = []
-    final_runs = [r for r in runs if r.selection is None]
-    chosen: dict[tuple[str, str], list[str]] = {}
-    for r in runs:
-        if r.selection is not None:
-            chosen.setdefault(r.selection, []).append(r.run_id)
-    steps = sorted({r.steps for r in final_runs if r.steps is not None})
-    of = f" in {_names([r.run_id for r in final_runs])}" if chosen and final_runs else ""
-    if final_runs and len(steps) > 1:
-        lines.append(f"Checkpoint: final checkpoint after mixed steps ({', '.join(map(str, steps))}), no selection "
-                     f"on test data{of}.")
-        warnings.append("runs differ in training steps: " + "; ".join(
-            f"{s} steps in {_names([r.run_id for r in final_runs if r.steps == s])}" for s in steps))
-    elif final_runs:
-        after = f" after {steps[0]} steps" if steps else " (steps not recorded)"
-        lines.append(f"Checkpoint: final checkpoint{after}, no selection on test data{of}.")
-    for (rule, bench), ids in chosen.items():
-        lines.append(f"Checkpoint: {selection_text(rule, bench)}, among the eval.every phases and final, in "
-                     f"{_names(ids)}.")
-        if rule == "test-oracle":
-            warnings.append(f"{_names(ids)} selected their checkpoint on the test set {bench} (eval.select="
-                            "test-oracle): their numbers are optimistic")
-    stopped = [r for r in runs if r.stopped_after is not None]
-    if stopped:
-        lines.append("Stopped early by the collapse alarm (run.stop_on_collapse): " + ", ".join(
-            f"{r.run_id} after {r.stopped_after} steps" for r in stopped) + ".")
-    return lines
-
-
-def _footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[Block], runs: Sequence[RunInfo],
-            warnings: list[str]) -> list[str]:
-    first = METRIC_LABELS[metrics[0]]
-    names = ", ".join(METRIC_LABELS[m] for m in metrics)
-    groups = " (one column group per metric)" if len(metrics) > 1 else ""
-    lines = [f"Values: {names} in percent{groups}, mean ± sample sd over seeds (n = seeds); "
-             f"Avg = mean of {first} over the {len(benchmarks)} benchmark(s); Δ = Avg − Base Avg.",
-             "Bold = best label-free mean in a column, underline = second (compared at display precision, ties "
-             f"share a mark); {_unranked_text(blocks)} are not ranked."]
-    used = {rid for b in blocks for row in b.rows for rid in row.run_ids}
-    runs = [r for r in runs if r.run_id in used]
-    decodings: dict[Optional[tuple[tuple[str, Any], ...]], list[str]] = {}
-    for r in runs:
-        decodings.setdefault(r.decoding, []).append(r.run_id)
-    known = {d: ids for d, ids in decodings.items() if d is not None}
-    if len(known) > 1:
-        lines.append("Evaluation decoding: mixed (see warnings).")
-        warnings.append("runs differ in eval decoding: " + "; ".join(
-            f"{_decoding_text(d)} in {_names(ids)}" for d, ids in known.items()))
-    else:
-        text = _decoding_text(next(iter(known))) if known else "not recorded"
-        missing = decodings.get(None, [])
-        lines.append(f"Evaluation decoding: {text}" + (f" (not recorded for {_names(missing)})" if missing and known
-                                                         else "") + ".")
-    bench_parts = []
-    for bench in benchmarks:
-        versions = sorted({v for r in runs for b, v in r.versions if b == bench})
-        spec = _spec_info(bench)
-        text = bench + (f" v{versions[0]}" if len(versions) == 1 else
-                        f" v{', v'.join(versions)} (mixed)" if versions else " (version not recorded)")
-        if len(versions) > 1:
-            warnings.append(f"{bench}: predictions come from versions {', '.join(versions)} of the benchmark")
-        if spec is not None:
-            text += f" (extractor {spec.get('extractor')}, grader {spec.get('grader')})"
-            current = str(spec.get("version"))
-            if versions and any(v != current for v in versions):
-                warnings.append(f"{bench}: stored predictions are version {', '.join(versions)} but the registered "
-                                f"spec is version {current}; regraded with the current extractor and grader")
-        else:
-            text += " (not a registered benchmark: default math grading)"
-        bench_parts.append(text)
-    lines.append("Benchmarks: " + "; ".join(bench_parts) + ".")
-    lines += _checkpoint_lines(runs, warnings)
-    seeds = sorted({s for b in blocks for row in b.rows for s in row.seeds})
-    lines.append(f"Seeds: {', '.join(map(str, seeds))}.")
-    sources = []
-    for b in blocks:
-        if b.base_sources:
-            sources.append(f"{b.family} from " + ", ".join(f"{rid} (seed {s})" for s, rid in b.base_sources))
-    if sources:
-        lines.append("Base (base-phase evaluation, per seed from the block's first run in row order): "
-                     + "; ".join(sources) + ".")
-    return lines
-
-
-# ------------------------------------------------------------------------------------------ reference
-def _paper_rows(block: Block, paper: ref.PaperBlock, columns: Sequence[Column],
-                benchmarks: Sequence[str]) -> tuple[TableRow, ...]:
-    """The block's rows with the paper's row of a label inserted after the last of our rows of that label."""
-    full = set(benchmarks) == set(ref.PAPER_BENCHMARKS)  # the paper's Avg is over exactly its 7 benchmarks
-    paper_base = paper.value(BASE_LABEL, "Avg")
-    out: list[TableRow] = []
-    for i, row in enumerate(block.rows):
-        out.append(row)
-        if i + 1 < len(block.rows) and block.rows[i + 1].group == row.group:
-            continue
-        if paper.row(row.group) is None:
-            continue
-        cells = []
-        for col in columns[:-2]:
-            name = ref.PAPER_BENCHMARKS.get(col.benchmark)
-            value = paper.value(row.group, name) if name and col.metric == "avg_k" else None
-            cells.append(Stat(None if value is None else value / 100.0))
-        avg = paper.value(row.group, "Avg") if full else None
-        cells.append(Stat(None if avg is None else avg / 100.0))
-        delta = (None if avg is None or paper_base is None or row.group == BASE_LABEL
-                 else (avg - paper_base) / 100.0)
-        out.append(TableRow(f"{row.group} (paper)", "paper", row.group, "", (), "", "", block.family, (), (),
-                            tuple(cells), delta, ("",) * len(columns)))
-    return tuple(out)
-
-
-def _reference(blocks: list[Block], columns: Sequence[Column], metrics: Sequence[str], benchmarks: Sequence[str],
-               backbone: Optional[str], path: Optional[Path]) -> tuple[list[Block], list[str], list[str],
-                                                                       tuple[ref.PaperBlock, ...]]:
-    """(blocks with paper rows, notes, footer lines, paper blocks to show on their own)."""
-    paper = {b.backbone: b for b in ref.llm_main(path)}
-    mapped = [b for b in blocks if b.backbone in paper]
-    benches = [b for b in benchmarks if b in ref.PAPER_BENCHMARKS]
-    notes: list[str] = []
-    if mapped and benches and "avg_k" in metrics:
-        blocks = [Block(b.family, b.backbone, _paper_rows(b, paper[b.backbone], columns, benchmarks),
-                        b.base_sources) if b.backbone in paper else b for b in blocks]
-        notes.append(f"--reference paper: rows marked (paper) hold the paper's printed values for "
-                     f"{', '.join(sorted({b.backbone or '' for b in mapped}))} on "
-                     f"{', '.join(ref.PAPER_BENCHMARKS[b] for b in benches)} (pass@1 columns only; not ranked).")
-        shown = (paper[backbone],) if backbone else ()
-        return blocks, notes, [ref.PAPER_PROTOCOL + "."], shown
-    if not mapped:
-        why = (f"none of our backbones ({', '.join(b.family for b in blocks)}) is a paper backbone "
-               "(mapping: corl_bench.report.reference.BACKBONES)")
-    elif not benches:
-        why = (f"none of our benchmarks ({', '.join(benchmarks)}) is in the paper's table "
-               f"({', '.join(ref.PAPER_BENCHMARKS)})")
-    else:
-        why = "the paper reports sampled pass@1; add avg_k to --metric to compare"
-    notes.append(f"--reference paper: nothing to compare, {why}; the paper's main LLM table is shown on its own.")
-    if backbone is None:
-        notes.append(f"paper backbones: {', '.join(paper)}; pick one with --backbone NAME.")
-        shown = tuple(paper.values())
-    else:
-        shown = (paper[backbone],)
-    return blocks, notes, [], shown  # the paper's table carries its own protocol line
-
-
 # ------------------------------------------------------------------------------------------ build
-def _bench_order(bench: str) -> tuple[int, str]:
-    keys = list(ref.PAPER_BENCHMARKS)
-    return (keys.index(bench), bench) if bench in keys else (len(keys), bench)
+def _shares_line(groups: Sequence[_Group]) -> Optional[str]:
+    shares = [(s["extraction_failure"], s["clipped"]) for g in groups for r in g.members
+              for s in r.metrics("final").values()]
+    if not shares:
+        return None
+    (nf_lo, cl_lo), (nf_hi, cl_hi) = map(min, zip(*shares)), map(max, zip(*shares))
+    return (f"Final-checkpoint samples without an extractable answer: {fmt_pct(nf_lo)}–{fmt_pct(nf_hi)} % "
+            f"per (row, benchmark, seed); cut at the token cap: {fmt_pct(cl_lo)}–{fmt_pct(cl_hi)} %.")
+
+
+def _no_values_warning(kind: str, metrics: Sequence[str], blocks: Sequence[Block],
+                       results: Sequence[AgentResult]) -> Optional[str]:
+    """A vision-language table whose metric has no value anywhere while greedy has (the paper scores VLMs greedy)."""
+    if kind != VLM or "greedy" in metrics or any(c.mean is not None for b in blocks for r in b.rows
+                                                 for c in r.cells):
+        return None
+    if not any(s.greedy is not None for r in results for s in r.final.values()):
+        return None
+    return (f"the vision-language predictions have no {', '.join(METRIC_LABELS[m] for m in metrics)} values but "
+            "have greedy ones (the paper's protocol); add greedy to --metric")
+
+
+def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected, metrics: tuple[str, ...],
+                reference: Optional[str], backbone: Optional[str], paper_path: Optional[Path]) -> tuple[PaperTable,
+                                                                                                       bool]:
+    """The table of one kind (its warnings only), and whether its paper tables own ``backbone``."""
+    warnings: list[str] = []
+    benchmarks = sorted({b for r in results for b in r.final}, key=kinds.bench_key(kind))
+    shown = kinds.shown_benchmarks(kind, benchmarks)
+    columns = _columns(metrics, shown, results)
+    groups = _groups(results, warnings)
+    first_index: dict[str, int] = {}
+    for r in results:
+        first_index[r.family] = min(first_index.get(r.family, r.agent_index), r.agent_index)
+    families = sorted(first_index, key=lambda f: (first_index[f], f))
+    blocks = [_block(f, [g for g in groups if g.family == f], columns, benchmarks, warnings) for f in families]
+    footer = make_footer(metrics, benchmarks, blocks, collected.runs, warnings) if blocks else []
+    empty = kinds.empty_columns_line(benchmarks, shown)
+    if empty and footer:
+        at = next((i + 1 for i, line in enumerate(footer) if line.startswith("Benchmarks: ")), len(footer))
+        footer.insert(at, empty)
+    shares = _shares_line(groups)
+    if shares:
+        footer.append(shares)
+    silent = _no_values_warning(kind, metrics, blocks, results)
+    if silent:
+        warnings.append(silent)
+    notes: list[str] = []
+    paper_blocks: tuple[ref.PaperBlock, ...] = ()
+    owns = False
+    if reference == "paper" and blocks:
+        cmp = kinds.compare(kind, blocks, columns, metrics, benchmarks, backbone, paper_path)
+        blocks, notes, paper_blocks, owns = cmp.blocks, cmp.notes, cmp.shown, cmp.owns_backbone
+        footer += cmp.footer
+    table = PaperTable(metrics, tuple(benchmarks), tuple(columns), tuple(blocks), tuple(footer), tuple(notes),
+                       tuple(warnings), paper_blocks, kind)
+    return table, owns
 
 
 def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",), reference: Optional[str] = None,
@@ -545,33 +306,32 @@ def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",)
     """The paper-style table of ``source`` (a results directory or what :func:`collect_results` returned).
 
     ``backbone`` implies ``reference="paper"``. Returns a :class:`PaperTable` (no blocks when nothing is usable;
-    its warnings say why); ValueError (one line) on an unknown metric, reference or backbone."""
+    its warnings say why): text runs and vision-language runs (:func:`corl_bench.report.kinds.split`) each get a
+    table; with both, the text table holds the other in ``also`` and carries every warning. ValueError (one line) on
+    an unknown metric, reference or backbone."""
     metrics = check_metrics(metrics)
     if backbone is not None:
         reference = reference or "paper"
     check_reference(reference, backbone, paper_path)
     collected = source if isinstance(source, Collected) else collect_results(Path(source))
-    warnings = list(collected.warnings)
-    results = collected.results
-    benchmarks = sorted({b for r in results for b in r.final}, key=_bench_order)
-    columns = _columns(metrics, benchmarks, results)
-    groups = _groups(results, warnings)
-    first_index: dict[str, int] = {}
-    for r in results:
-        first_index[r.family] = min(first_index.get(r.family, r.agent_index), r.agent_index)
-    families = sorted(first_index, key=lambda f: (first_index[f], f))
-    blocks = [_block(f, [g for g in groups if g.family == f], columns, benchmarks, warnings) for f in families]
-    footer = _footer(metrics, benchmarks, blocks, collected.runs, warnings) if blocks else []
-    shares = [(s["extraction_failure"], s["clipped"]) for g in groups for r in g.members
-              for s in r.metrics("final").values()]
-    if shares:
-        (nf_lo, cl_lo), (nf_hi, cl_hi) = map(min, zip(*shares)), map(max, zip(*shares))
-        footer.append(f"Final-checkpoint samples without an extractable answer: {fmt_pct(nf_lo)}–{fmt_pct(nf_hi)} % "
-                      f"per (row, benchmark, seed); cut at the token cap: {fmt_pct(cl_lo)}–{fmt_pct(cl_hi)} %.")
-    notes: list[str] = []
-    paper_blocks: tuple[ref.PaperBlock, ...] = ()
-    if reference == "paper" and blocks:
-        blocks, notes, more, paper_blocks = _reference(blocks, columns, metrics, benchmarks, backbone, paper_path)
-        footer += more
-    return PaperTable(metrics, tuple(benchmarks), tuple(columns), tuple(blocks), tuple(footer), tuple(notes),
-                      tuple(warnings), paper_blocks)
+    parts = kinds.split(collected.results) or [(TEXT, ())]
+    built = [_build_kind(kind, members, collected, metrics, reference, backbone, paper_path)
+             for kind, members in parts]
+    tables = [t for t, _ in built]
+    if reference == "paper" and backbone is not None and tables[0].blocks and not any(owns for _, owns in built):
+        # --backbone names a paper backbone of another kind than our runs: show its blocks all the same
+        tables[0] = replace(tables[0], paper_blocks=ref.blocks_of(backbone, paper_path))
+    warnings = list(collected.warnings) + [w for t in tables for w in t.warnings]
+    return replace(tables[0], warnings=tuple(warnings), also=tuple(tables[1:]))
+
+
+def paper_table(backbone: Optional[str] = None, paper_path: Optional[Path] = None) -> PaperTable:
+    """The paper's tables on their own, values as printed (``corl-bench table --reference paper`` without runs):
+    the main LLM table, the vision-language tables (small and large tier) and the vision-language ensemble control,
+    or every block of ``backbone``; ValueError (one line) on an unknown backbone."""
+    check_reference("paper", backbone, paper_path)
+    if backbone is not None:
+        shown = ref.blocks_of(backbone, paper_path)
+    else:
+        shown = ref.llm_main(paper_path) + ref.vlm_main(paper_path) + ref.ens_vlm(paper_path)
+    return PaperTable((), (), (), (), (), paper_blocks=shown)

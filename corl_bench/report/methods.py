@@ -58,14 +58,15 @@ class MethodView:
         cohort_labels, or their count)`` and ``Method.row_label(cohort)``."""
         if not self.known:
             return (self.order, 0), f"{self.name} ({cohort})"
-        index = self.cohorts.index(cohort) if cohort in self.cohorts else len(self.cohorts)
+        kind = cohort if cohort in self.cohorts else cohort.removeprefix("visual-")  # a VLM cohort: its text twin
+        index = self.cohorts.index(kind) if kind in self.cohorts else len(self.cohorts)
         try:
             if getattr(self.cls, "label", "") or getattr(self.cls, "name", ""):
                 return (self.order, index), str(self.cls.row_label(cohort))
         except Exception:  # noqa: BLE001 - a broken plugin must not break the table
             logger.debug("row_label of method %s failed", self.name, exc_info=True)
         # a class that sets neither label nor name: Method.row_label with the registered name
-        suffix = dict(self.cls.cohort_labels).get(cohort, cohort) if self.cohorts else ""
+        suffix = dict(self.cls.cohort_labels).get(kind, cohort) if self.cohorts else ""
         return (self.order, index), self.label + (f" ({suffix})" if self.cohorts else "")
 
 

@@ -9,6 +9,11 @@ Public API (pure Python, no torch):
   (:data:`BACKBONES`; empty for the micro families, which are not the paper's models).
 * :func:`our_label` ``(paper_label) -> str`` - the paper's row label in our table's words (:data:`PAPER_LABELS`).
 * :data:`PAPER_BENCHMARKS` - our benchmark key -> the paper's column name.
+* :func:`vlm_main` ``(path=None) -> tuple[PaperBlock, ...]`` - the paper's vision-language tables (``vlmSmall``, then
+  ``vlmLarge``): one block per (backbone, training set), columns ``benchVLM``; :func:`ens_vlm` - its test-time
+  ensemble control (``ensVLM``), one block per training set; :func:`vlm_backbones`, :func:`blocks_of`.
+* :data:`PAPER_VLM_BENCHMARKS` - our multimodal benchmark key -> the paper's VLM column; :data:`VLM_BENCHMARKS` - every
+  benchmark a vision-language table holds, in the paper's column order (the micro-visual suite last).
 
 Values are the strings the paper prints (percent); :attr:`PaperRow.values` holds them as floats (percent).
 """
@@ -23,8 +28,9 @@ from typing import Any, Optional
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BACKBONES", "PAPER_BENCHMARKS", "PAPER_LABELS", "PAPER_PROTOCOL", "PAPER_RESULTS", "PaperBlock",
-           "PaperRow", "backbone_for", "backbones", "llm_main", "load_paper", "our_label"]
+__all__ = ["BACKBONES", "PAPER_BENCHMARKS", "PAPER_ENS_VLM_PROTOCOL", "PAPER_LABELS", "PAPER_PROTOCOL", "PAPER_RESULTS",
+           "PAPER_VLM_BENCHMARKS", "PAPER_VLM_PROTOCOL", "PaperBlock", "PaperRow", "VLM_BENCHMARKS", "backbone_for",
+           "backbones", "blocks_of", "ens_vlm", "llm_main", "load_paper", "our_label", "vlm_backbones", "vlm_main"]
 
 #: Where the paper's tables live (copied verbatim from the paper's website data; see results/reference/README.md).
 PAPER_RESULTS = Path(__file__).resolve().parents[2] / "results" / "reference" / "paper-results.json"
@@ -35,13 +41,34 @@ PAPER_BENCHMARKS: dict[str, str] = {
     "gpqa_diamond": "GPQA", "mbpp": "MBPP", "livecodebench_v6": "LiveCodeBench",
 }
 
-#: Our agent family or model name -> the paper's backbone. The micro families (qwen2-bpe, llama-bpe, neox-bpe) are
-#: tiny stand-ins, not the paper's models, so they are deliberately absent.
+#: Our multimodal benchmark key -> the paper's vision-language column (``benchVLM``): MathVision on its full test set
+#: (3040), the other three on testmini. ``mathvision_testmini`` is a different set, so it has no paper column.
+PAPER_VLM_BENCHMARKS: dict[str, str] = {
+    "mathvision": "MathVision", "mathverse_testmini": "MathVerse", "mathvista_testmini": "MathVista",
+    "wemath_testmini": "We-Math",
+}
+
+#: The benchmarks that make a run's table a vision-language one, in the paper's column order (MathVision testmini
+#: beside MathVision); the micro-visual world's held-out suite comes last.
+VLM_BENCHMARKS: tuple[str, ...] = ("mathvision", "mathvision_testmini", "mathverse_testmini", "mathvista_testmini",
+                                   "wemath_testmini", "micro-visual-test")
+
+#: Our agent family or model name -> the paper's backbone (text and vision-language). The micro families (qwen2-bpe,
+#: llama-bpe, neox-bpe, qwen2vl-micro, llava-micro) are tiny stand-ins, not the paper's models, so they are absent.
 BACKBONES: dict[str, str] = {
     "Qwen/Qwen2.5-3B": "Qwen2.5-3B", "Qwen2.5-3B": "Qwen2.5-3B",
     "meta-llama/Llama-3.2-3B-Instruct": "Llama-3.2-3B-Instruct", "Llama-3.2-3B-Instruct": "Llama-3.2-3B-Instruct",
     "Qwen/Qwen2.5-7B": "Qwen2.5-7B", "Qwen2.5-7B": "Qwen2.5-7B",
     "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B-Instruct", "Llama-3.1-8B-Instruct": "Llama-3.1-8B-Instruct",
+    "Qwen/Qwen2.5-VL-3B-Instruct": "Qwen2.5-VL-3B", "Qwen2.5-VL-3B-Instruct": "Qwen2.5-VL-3B",
+    "Qwen2.5-VL-3B": "Qwen2.5-VL-3B",
+    "OpenGVLab/InternVL3_5-2B": "InternVL-3.5-2B", "OpenGVLab/InternVL3_5-2B-HF": "InternVL-3.5-2B",
+    "InternVL3_5-2B": "InternVL-3.5-2B", "InternVL3_5-2B-HF": "InternVL-3.5-2B", "InternVL-3.5-2B": "InternVL-3.5-2B",
+    "Qwen/Qwen2.5-VL-7B-Instruct": "Qwen2.5-VL-7B", "Qwen2.5-VL-7B-Instruct": "Qwen2.5-VL-7B",
+    "Qwen2.5-VL-7B": "Qwen2.5-VL-7B",
+    "OpenGVLab/InternVL3_5-8B": "InternVL-3.5-8B", "OpenGVLab/InternVL3_5-8B-HF": "InternVL-3.5-8B",
+    "InternVL3_5-8B": "InternVL-3.5-8B", "InternVL3_5-8B-HF": "InternVL-3.5-8B", "InternVL-3.5-8B": "InternVL-3.5-8B",
+    "google/gemma-3-12b-it": "Gemma-3-12B", "gemma-3-12b-it": "Gemma-3-12B", "Gemma-3-12B": "Gemma-3-12B",
 }
 
 #: The paper's row labels that differ from ours (every other label is the same in both tables).
@@ -55,6 +82,16 @@ PAPER_LABELS: dict[str, str] = {
 PAPER_PROTOCOL = ("paper: sampled at T 0.6, top-p 0.95, one sample per problem (AMC avg@8), 3072-token cap; "
                   "per the released code the text runs keep the checkpoint with the best in-loop MATH-500 "
                   "accuracy (a test set), not the final one")
+
+#: The same for the vision-language tables (docs: shared/reference/corl-paper-and-code.md, sections 2, 4.3, 7).
+PAPER_VLM_PROTOCOL = ("paper (vision-language): greedy decoding, 16384-token budget, boxed prompt, rule-based "
+                      "mathruler grading; open-r1 and MMR1 blocks used different multiple-choice graders and are not "
+                      "comparable with each other; checkpoint best on MathVista-150 (part of the MathVista test set) "
+                      "or the endpoint (unverified which)")
+
+#: How the paper's ensemble control was decoded (results.js: "ensemble tables use maj@8 at T=0.6").
+PAPER_ENS_VLM_PROTOCOL = ("paper ensemble control (vision-language): maj@8 at T 0.6; an (ensemble) row votes over "
+                          "the rollouts of both models of the pair")
 
 
 @dataclass(frozen=True)
@@ -79,12 +116,25 @@ class PaperRow:
 
 @dataclass(frozen=True)
 class PaperBlock:
-    """One backbone of the paper's main LLM table."""
+    """One block of a paper table: a backbone of the main LLM table, a (backbone, training set) of a vision-language
+    table, or a training set of the ensemble control (``backbone`` "" and a ``heading``)."""
 
     backbone: str
     tier: str
-    columns: tuple[str, ...]  # GSM8K, MATH500, AMC, HumanEval, GPQA, MBPP, LiveCodeBench, Avg
+    columns: tuple[str, ...]  # GSM8K, MATH500, AMC, HumanEval, GPQA, MBPP, LiveCodeBench, Avg (or benchVLM)
     rows: tuple[PaperRow, ...]
+    dataset: str = ""  # the training set of a vision-language block (open-r1, MMR1)
+    table: str = "llmMain"  # the key of paper-results.json it comes from
+    heading: str = ""  # a title of its own (the ensemble control's blocks)
+
+    @property
+    def title(self) -> str:
+        """How a rendered table heads this block ("Qwen2.5-3B (3B tier)", "Qwen2.5-VL-3B, trained on open-r1
+        (small tier)")."""
+        if self.heading:
+            return self.heading
+        return (self.backbone + (f", trained on {self.dataset}" if self.dataset else "")
+                + (f" ({self.tier} tier)" if self.tier else ""))
 
     def row(self, our_row_label: str) -> Optional[PaperRow]:
         """The paper row that our label ``our_row_label`` (e.g. "Co-RL (cross-family)") stands for, if any."""
@@ -126,6 +176,19 @@ def load_paper(path: str | Path | None = None) -> dict[str, Any]:
     return data
 
 
+def _row(raw: dict[str, Any], label_key: str, columns: tuple[str, ...], columns_key: str) -> PaperRow:
+    row = PaperRow(str(raw[label_key]), tuple(str(v) for v in raw["vals"]),
+                   tuple(str(m or "") for m in raw.get("marks") or [""] * len(raw["vals"])))
+    if len(row.printed) != len(columns) or len(row.marks) != len(columns):
+        raise ValueError(f"a row's length differs from {columns_key}")
+    return row
+
+
+def _malformed(key: str, exc: Exception) -> ValueError:
+    return ValueError(f"paper results: {key} is malformed ({exc}); restore results/reference/paper-results.json "
+                      "from git")
+
+
 def llm_main(path: str | Path | None = None) -> tuple[PaperBlock, ...]:
     """The paper's main LLM table as blocks (one per backbone, paper order); ValueError if the data is malformed."""
     data = load_paper(path)
@@ -133,18 +196,60 @@ def llm_main(path: str | Path | None = None) -> tuple[PaperBlock, ...]:
         columns = tuple(str(c) for c in data["benchText"])
         blocks = []
         for block in data["llmMain"]:
-            rows = tuple(PaperRow(str(r["method"]), tuple(str(v) for v in r["vals"]),
-                                  tuple(str(m or "") for m in r.get("marks") or [""] * len(r["vals"])))
-                         for r in block["rows"])
-            if any(len(r.printed) != len(columns) or len(r.marks) != len(columns) for r in rows):
-                raise ValueError("a row's length differs from benchText")
+            rows = tuple(_row(r, "method", columns, "benchText") for r in block["rows"])
             blocks.append(PaperBlock(str(block["backbone"]), str(block.get("tier", "")), columns, rows))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"paper results: llmMain is malformed ({exc}); restore "
-                         "results/reference/paper-results.json from git") from None
+        raise _malformed("llmMain", exc) from None
     return tuple(blocks)
+
+
+#: The paper's vision-language tables: key in paper-results.json -> tier.
+VLM_TABLES: dict[str, str] = {"vlmSmall": "small", "vlmLarge": "large"}
+
+
+def vlm_main(path: str | Path | None = None) -> tuple[PaperBlock, ...]:
+    """The paper's vision-language tables as blocks, ``vlmSmall`` then ``vlmLarge``, one per (backbone, training
+    set) in the paper's order, columns ``benchVLM``; ValueError if the data is malformed."""
+    data = load_paper(path)
+    blocks = []
+    for key, tier in VLM_TABLES.items():
+        try:
+            columns = tuple(str(c) for c in data["benchVLM"])
+            for block in data[key]:
+                rows = tuple(_row(r, "method", columns, "benchVLM") for r in block["rows"])
+                blocks.append(PaperBlock(str(block["backbone"]), tier, columns, rows,
+                                         str(block.get("dataset") or ""), key))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _malformed(key, exc) from None
+    return tuple(blocks)
+
+
+def ens_vlm(path: str | Path | None = None) -> tuple[PaperBlock, ...]:
+    """The paper's vision-language test-time ensemble control (``ensVLM``): one block per training set, rows the
+    printed settings ("TTRL (Qwen2.5-VL)", "Co-RL (ensemble)", ...); ValueError if the data is malformed."""
+    data = load_paper(path)
+    try:
+        columns = tuple(str(c) for c in data["benchVLM"])
+        groups: dict[str, list[PaperRow]] = {}
+        for raw in data["ensVLM"]:
+            groups.setdefault(str(raw["group"]), []).append(_row(raw, "setting", columns, "benchVLM"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _malformed("ensVLM", exc) from None
+    return tuple(PaperBlock("", "", columns, tuple(rows), group, "ensVLM", f"Ensemble control, trained on {group}")
+                 for group, rows in groups.items())
 
 
 def backbones(path: str | Path | None = None) -> tuple[str, ...]:
     """The backbone names of the paper's main LLM table, in the paper's order."""
     return tuple(block.backbone for block in llm_main(path))
+
+
+def vlm_backbones(path: str | Path | None = None) -> tuple[str, ...]:
+    """The backbone names of the paper's vision-language tables, in the paper's order (each once)."""
+    return tuple(dict.fromkeys(block.backbone for block in vlm_main(path)))
+
+
+def blocks_of(backbone: str, path: str | Path | None = None) -> tuple[PaperBlock, ...]:
+    """Every block of ``backbone`` in the paper's main LLM and vision-language tables (a VLM backbone has one per
+    training set); () for a name the paper does not have."""
+    return tuple(b for b in llm_main(path) + vlm_main(path) if b.backbone == backbone)

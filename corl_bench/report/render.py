@@ -12,7 +12,9 @@ Public API (no torch):
 Every format carries the footer (protocol) and the --reference notes. Marks: md ``**x**`` / ``<u>x</u>``, LaTeX
 ``\\textbf`` / ``\\underline`` (booktabs), HTML ``<b>`` / ``<u>``, rich bold / underline, CSV a ``marks`` column.
 CSV holds raw numbers (percent, 4 decimals; mean and sd in separate columns), one row per (block, row), then
-the footer as ``#`` lines, then (paper tables on their own) a blank line and the paper's table as a second CSV.
+the footer as ``#`` lines, then (paper tables on their own) a blank line and each paper table as a further CSV.
+A vision-language table (``PaperTable.kind`` "vlm") is titled as such; one that follows a text table
+(``PaperTable.also``) comes after it (and its paper tables) in every format, in CSV after a blank line.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from rich.table import Table
 from rich.text import Text
 
 from corl_bench.console import print_wide
-from corl_bench.report.layout import MISSING, PaperTable, cell_text, fmt_signed
-from corl_bench.report.reference import PAPER_PROTOCOL, PaperBlock
+from corl_bench.report.layout import MISSING, VLM, PaperTable, cell_text, fmt_signed
+from corl_bench.report.reference import PAPER_ENS_VLM_PROTOCOL, PAPER_PROTOCOL, PAPER_VLM_PROTOCOL, PaperBlock
 
 __all__ = ["FORMAT_SUFFIXES", "Grid", "print_rich", "render_text", "to_csv", "to_html", "to_latex",
            "to_markdown", "to_rich"]
@@ -38,9 +40,21 @@ __all__ = ["FORMAT_SUFFIXES", "Grid", "print_rich", "render_text", "to_csv", "to
 FORMAT_SUFFIXES: dict[str, str] = {".md": "md", ".markdown": "md", ".tex": "latex", ".csv": "csv",
                                    ".html": "html", ".htm": "html"}
 TITLE = "corl-bench results (paper style)"
+VLM_TITLE = "corl-bench results, vision-language (paper style)"
 PAPER_TITLE = "Paper (Co-RL): main LLM table, values as printed"
 PAPER_FOOTER = ("Values and marks as printed in the paper (bold = best label-free, underline = second; Base and "
                 "GT-Reward not ranked); source: results/reference/paper-results.json.", PAPER_PROTOCOL + ".")
+#: paper-results.json key -> (title, footer) of each paper table shown on its own.
+PAPER_GRIDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llmMain": (PAPER_TITLE, PAPER_FOOTER),
+    "vlmSmall": ("Paper (Co-RL): vision-language table, small tier (vlmSmall), values as printed",
+                 (PAPER_FOOTER[0], PAPER_VLM_PROTOCOL + ".")),
+    "vlmLarge": ("Paper (Co-RL): vision-language table, large tier (vlmLarge), values as printed",
+                 (PAPER_FOOTER[0], PAPER_VLM_PROTOCOL + ".")),
+    "ensVLM": ("Paper (Co-RL): test-time ensemble control, vision-language (ensVLM), values as printed",
+               ("Values and marks as printed in the paper; source: results/reference/paper-results.json.",
+                PAPER_ENS_VLM_PROTOCOL + ".")),
+}
 
 
 @dataclass(frozen=True)
@@ -84,19 +98,40 @@ def _grid(table: PaperTable) -> Grid:
             rows.append(GridRow(tuple(cells), row.kind))
         title = block.family + (f" (paper backbone {block.backbone})" if block.backbone else "")
         sections.append(Section(title, tuple(rows)))
-    return Grid(TITLE, headers, tuple(sections), table.notes + table.footer)
+    return Grid(VLM_TITLE if table.kind == VLM else TITLE, headers, tuple(sections), table.notes + table.footer)
+
+
+def _paper_tables(blocks: Sequence[PaperBlock]) -> list[list[PaperBlock]]:
+    """The blocks grouped into their paper tables (runs of the same ``table`` key)."""
+    out: list[list[PaperBlock]] = []
+    for block in blocks:
+        if out and out[-1][0].table == block.table:
+            out[-1].append(block)
+        else:
+            out.append([block])
+    return out
 
 
 def _paper_grid(blocks: Sequence[PaperBlock]) -> Grid:
     headers = ("Method", *blocks[0].columns)
-    sections = tuple(Section(f"{b.backbone}" + (f" ({b.tier} tier)" if b.tier else ""),
+    sections = tuple(Section(b.title,
                              tuple(GridRow((Cell(r.label),) + tuple(Cell(v, m) for v, m in zip(r.printed, r.marks)),
                                            "paper") for r in b.rows)) for b in blocks)
-    return Grid(PAPER_TITLE, headers, sections, PAPER_FOOTER)
+    title, footer = PAPER_GRIDS.get(blocks[0].table, PAPER_GRIDS["llmMain"])
+    return Grid(title, headers, sections, footer)
+
+
+def _paper_only(table: PaperTable) -> bool:
+    """A table of the paper's numbers alone (``corl-bench table --reference paper`` without runs)."""
+    return not table.blocks and bool(table.paper_blocks)
 
 
 def _grids(table: PaperTable) -> list[Grid]:
-    return [_grid(table)] + ([_paper_grid(table.paper_blocks)] if table.paper_blocks else [])
+    grids = [] if _paper_only(table) else [_grid(table)]
+    grids += [_paper_grid(blocks) for blocks in _paper_tables(table.paper_blocks)]
+    for more in table.also:
+        grids += _grids(more)
+    return grids
 
 
 # ------------------------------------------------------------------------------------------ markdown
@@ -217,9 +252,26 @@ def _raw(value: Optional[float]) -> str:
     return "" if value is None else f"{100.0 * value:.4f}"
 
 
+def _paper_csv(blocks: Sequence[PaperBlock]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    datasets = any(b.dataset for b in blocks)  # vision-language blocks: one per training set
+    writer.writerow(["backbone", *(["dataset"] if datasets else []), "row", *blocks[0].columns, "marks"])
+    for block in blocks:
+        for prow in block.rows:
+            marks = "; ".join(f"{c}={m}" for c, m in zip(block.columns, prow.marks) if m)
+            writer.writerow([block.backbone, *([block.dataset] if datasets else []), prow.label, *prow.printed,
+                             marks])
+    footer = PAPER_GRIDS.get(blocks[0].table, PAPER_GRIDS["llmMain"])[1]
+    return buf.getvalue() + "".join(f"# {line}\n" for line in footer)
+
+
 def to_csv(table: PaperTable) -> str:
     """One row per (block, row): labels, n, seeds, runs, then mean and sd (percent, 4 decimals) per column, Avg,
-    Δ and a ``marks`` column ("header=b; ..."); then the footer as ``#`` lines (read with ``comment="#"``)."""
+    Δ and a ``marks`` column ("header=b; ..."); then the footer as ``#`` lines (read with ``comment="#"``); then each
+    paper table shown on its own and each table in ``table.also``, after a blank line."""
+    if _paper_only(table):
+        return "\n".join(_paper_csv(blocks) for blocks in _paper_tables(table.paper_blocks))
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     cols = table.columns
@@ -238,15 +290,10 @@ def to_csv(table: PaperTable) -> str:
                              " ".join(map(str, row.seeds)), " ".join(row.run_ids), *cells,
                              "" if row.delta is None else f"{100.0 * row.delta:.4f}", marks])
     text = buf.getvalue() + "".join(f"# {line}\n" for line in table.notes + table.footer)
-    if table.paper_blocks:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["backbone", "row", *table.paper_blocks[0].columns, "marks"])
-        for block in table.paper_blocks:
-            for prow in block.rows:
-                marks = "; ".join(f"{c}={m}" for c, m in zip(block.columns, prow.marks) if m)
-                writer.writerow([block.backbone, prow.label, *prow.printed, marks])
-        text += "\n" + buf.getvalue() + "".join(f"# {line}\n" for line in PAPER_FOOTER)
+    for blocks in _paper_tables(table.paper_blocks):
+        text += "\n" + _paper_csv(blocks)
+    for more in table.also:
+        text += "\n" + to_csv(more)
     return text
 
 

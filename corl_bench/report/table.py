@@ -25,7 +25,7 @@ from corl_bench.console import print_wide
 from corl_bench.report.collect import (DEFAULT_METRICS, FORMATS, METRIC_LABELS, TABLE_METRICS, AgentResult, Collected,
                                        DamagedRun, Row, RunInfo, aggregate, check_metrics, collect, collect_results,
                                        find_runs, natural_key, pool_scores, rel_path, row_grader_for)
-from corl_bench.report.layout import build, check_reference
+from corl_bench.report.layout import PaperTable, build, check_reference, paper_table
 from corl_bench.report.render import FORMAT_SUFFIXES, print_rich, render_text
 from corl_bench.results import atomic_write_text
 
@@ -70,7 +70,8 @@ def main(
     """``corl-bench table``: print the paper-style table (rich, or ``fmt`` text when ``fmt`` is given without
     ``out``), its footer and the warnings; write ``out`` in ``fmt`` (default: from its suffix, else md)
     atomically, or else ``table.md`` and ``table.csv`` into ``out_dir`` (default: the results dir). Warnings and
-    "wrote" lines go to ``err_console`` (default: ``console``).
+    "wrote" lines go to ``err_console`` (default: ``console``). Without runs, ``reference="paper"`` (or a
+    ``backbone``) prints the paper's tables on their own (written only to ``out``).
     Returns the aggregated rows of :func:`collect` ([] when there is nothing to show); ValueError (one line)
     on a bad metric, format, reference or backbone."""
     console = console or Console()
@@ -83,6 +84,11 @@ def main(
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)} (e.g. --format md)")
     results_dir = Path(results_dir)
     if not find_runs(results_dir):
+        if reference == "paper" or backbone is not None:  # the paper's tables on their own
+            targets = [] if out is None else [(Path(out), fmt or "md")]
+            _show(paper_table(backbone), fmt if out is None else None, targets, console, err)
+            _say(err, f"No runs found under {results_dir}; the paper's tables are shown on their own.")
+            return []
         _say(console, f"No runs found under {results_dir}; start one with `corl-bench run`.")
         return []
     collected = collect_results(results_dir)
@@ -92,17 +98,24 @@ def main(
             _say(err, f"warning: {warning}", "yellow")
         _say(console, f"No usable results under {results_dir} (see the warnings above).")
         return []
-    if fmt is not None and out is None:
-        console.out(render_text(table, fmt), highlight=False, end="")
-    else:
-        print_rich(console, table)
-    for warning in table.warnings:
-        _say(err, f"warning: {warning}", "yellow")
     if out is not None:
         targets = [(Path(out), fmt or "md")]
     else:
         where = Path(out_dir) if out_dir is not None else results_dir
         targets = [(where / "table.md", "md"), (where / "table.csv", "csv")]
+    _show(table, fmt if out is None else None, targets, console, err)
+    return aggregate(collected)[0]
+
+
+def _show(table: PaperTable, fmt: Optional[str], targets: Sequence[tuple[Path, str]], console: Console,
+          err: Console) -> None:
+    """Print ``table`` (``fmt`` text, or rich when ``fmt`` is None), then its warnings; write each (path, format)."""
+    if fmt is not None:
+        console.out(render_text(table, fmt), highlight=False, end="")
+    else:
+        print_rich(console, table)
+    for warning in table.warnings:
+        _say(err, f"warning: {warning}", "yellow")
     for path, kind in targets:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,4 +125,3 @@ def main(
                  "--out FILE or --out-dir DIR", "yellow")
             continue
         _say(err, f"wrote {path}")
-    return aggregate(collected)[0]

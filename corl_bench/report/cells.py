@@ -1,0 +1,117 @@
+"""The data a paper-style table is made of (what :mod:`corl_bench.report.layout` builds and
+:mod:`corl_bench.report.render` draws), and the display precision that marks are computed at.
+
+Public API (no torch): :class:`Stat`, :class:`Column`, :class:`TableRow`, :class:`Block`, :class:`PaperTable`;
+:func:`fmt_pct`, :func:`fmt_signed`, :func:`cell_text`, :func:`stat_of`; :data:`BASE_LABEL`, :data:`MISSING`,
+:data:`TEXT` and :data:`VLM` (the two kinds of table). :mod:`corl_bench.report.layout` re-exports all of them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from corl_bench.report import reference as ref
+
+__all__ = ["BASE_LABEL", "MISSING", "TEXT", "VLM", "Block", "Column", "PaperTable", "Stat", "TableRow", "cell_text",
+           "fmt_pct", "fmt_signed", "stat_of"]
+
+BASE_LABEL = "Base"
+MISSING = "–"
+TEXT = "text"  # a table in the layout of the paper's main LLM table
+VLM = "vlm"  # a table in the layout of the paper's vision-language tables
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean and sample sd (None with fewer than two values) over ``n`` seeds; fractions in [0, 1]."""
+
+    mean: Optional[float] = None
+    sd: Optional[float] = None
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class Column:
+    """A numeric column: ``kind`` "value" (one benchmark x metric), "avg" or "delta"."""
+
+    kind: str
+    metric: str
+    benchmark: str
+    header: str
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One displayed row. ``kind``: base, reference (uses labels), label-free, control, unknown (a method not
+    described here) or paper; only label-free rows are ranked."""
+
+    label: str
+    kind: str
+    group: str  # the label without agent and tag ("TTRL", "Base"); the paper's rows are looked up by it
+    method: str
+    cohorts: tuple[str, ...]
+    tag: str
+    agent: str
+    family: str
+    seeds: tuple[int, ...]
+    run_ids: tuple[str, ...]
+    cells: tuple[Stat, ...]  # one per value column, then the Avg
+    delta: Optional[float]  # Avg minus the block's Base Avg
+    marks: tuple[str, ...] = ()  # "b" / "u" / "" per value column, Avg and delta
+
+
+@dataclass(frozen=True)
+class Block:
+    """The rows of one backbone (agent family)."""
+
+    family: str
+    backbone: Optional[str]  # the paper backbone it maps to (reference.BACKBONES), if any
+    rows: tuple[TableRow, ...]
+    base_sources: tuple[tuple[int, str], ...]  # (seed, run id) that supplied Base
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """Everything a renderer needs: columns, blocks, footer lines, reference notes, warnings.
+
+    ``kind`` says whose layout the table follows: :data:`TEXT` (the paper's main LLM table) or :data:`VLM` (its
+    vision-language tables). Runs of both kinds under one results directory give one table each: the first holds
+    the other in ``also`` (rendered after it) and carries every warning."""
+
+    metrics: tuple[str, ...]
+    benchmarks: tuple[str, ...]  # the benchmarks with predictions (the Avg is over them)
+    columns: tuple[Column, ...]  # value columns, then Avg, then Δ
+    blocks: tuple[Block, ...]
+    footer: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # lines about --reference
+    warnings: tuple[str, ...] = ()
+    paper_blocks: tuple[ref.PaperBlock, ...] = ()  # the paper's tables to show on their own
+    kind: str = TEXT
+    also: tuple["PaperTable", ...] = ()  # tables of another kind from the same results, rendered after this one
+
+
+def fmt_pct(value: Optional[float]) -> str:
+    """A fraction as percent with one decimal ("62.3"); "–" for None."""
+    return MISSING if value is None else f"{100.0 * value:.1f}"
+
+
+def fmt_signed(value: Optional[float]) -> str:
+    """A fraction as signed percent with one decimal ("+1.2"); "–" for None."""
+    return MISSING if value is None else f"{100.0 * value:+.1f}"
+
+
+def cell_text(stat: Stat) -> str:
+    """"mean ± sd" with one decimal (just the mean with fewer than two seeds); "–" when missing."""
+    if stat.mean is None:
+        return MISSING
+    return fmt_pct(stat.mean) + (f" ± {fmt_pct(stat.sd)}" if stat.sd is not None else "")
+
+
+def stat_of(values: Sequence[Optional[float]]) -> Stat:
+    """Mean, sample sd and count of the values that are not None."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return Stat()
+    return Stat(sum(vals) / len(vals), statistics.stdev(vals) if len(vals) >= 2 else None, len(vals))
