@@ -181,7 +181,7 @@ def test_positive_advantage_raises_the_completions_logprob(real_agent):
     comp = real_agent.generate([prompt], SamplingParams(n=1, max_new_tokens=6, seed=1))[0][0]
 
     def logp() -> float:
-        ids, att, cmask = real_agent._batch([prompt], [comp])
+        ids, att, cmask, _ = real_agent._batch([prompt], [comp])
         with torch.no_grad():
             lp = torch.log_softmax(real_agent.model(input_ids=ids, attention_mask=att).logits[:, :-1], -1)
         return float((lp.gather(-1, ids[:, 1:, None]).squeeze(-1) * cmask[:, 1:]).sum())
@@ -226,7 +226,7 @@ def test_real_forward_pass_statistics_match_a_recomputation(real_agent):
     prompt = render_prompt("Ava has 77 pens. Ava gets 6 and buys 5. How many pens now?")
     comps = real_agent.generate([prompt], SamplingParams(n=2, max_new_tokens=6, seed=4))[0]
     stats = real_agent.score([TrainSample(prompt, c) for c in comps])
-    ids, att, cmask = real_agent._batch([prompt] * 2, comps)
+    ids, att, cmask, _ = real_agent._batch([prompt] * 2, comps)
     with torch.no_grad():
         logits = real_agent.model(input_ids=ids, attention_mask=att).logits[:, :-1]
     mask = cmask[:, 1:]

@@ -116,21 +116,34 @@ class InProcessEngine:
         return None
 
     def encode(self, requests: Sequence[Prompt], device: Any) -> dict[str, Any]:
-        """Left-padded ``input_ids`` and ``attention_mask`` (B, L) of a batch of requests on ``device``.
+        """Left-padded ``input_ids`` and ``attention_mask`` (B, L) of a batch of requests on ``device``, plus the image
+        inputs of a vision-language model when requests carry images (:mod:`corl_bench.rollout.images`).
 
         Text requests are tokenized together exactly as ``tokenizer(texts, padding=True)`` does; token-id requests
         are left-padded with the pad token. Images are refused by engines without an image path.
         """
         import torch
 
+        from corl_bench.rollout.images import codec_of
+
         reqs = as_requests(requests)
-        if any(r.images for r in reqs) and not self.supports_images:
-            raise ValueError(f"the {type(self).__name__} engine has no image input; use a vision-language engine")
         tok = self.tokenizer  # type: ignore[attr-defined]
-        if all(r.text is not None for r in reqs):
+        codec = codec_of(tok)
+        if any(r.images for r in reqs):
+            if not self.supports_images:
+                raise ValueError(f"the {type(self).__name__} engine has no image input; set rollout.backend=hf for "
+                                 "vision-language agents")
+            if codec is None:
+                raise ValueError("a request has images but this model is a text model (its tokenizer carries no "
+                                 "vision codec); use a vision-language family or drop the images")
+            encoded = [codec.prompt(r) for r in reqs]
+            rows, visions = [e[0] for e in encoded], [e[1] for e in encoded]
+        elif all(r.text is not None for r in reqs):
             enc = tok([r.text for r in reqs], return_tensors="pt", padding=True)
             return {k: v.to(device) for k, v in enc.items()}
-        rows = [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
+        else:
+            rows = [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
+            visions = []
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
         att = torch.zeros((len(rows), width), dtype=torch.long)
@@ -138,4 +151,7 @@ class InProcessEngine:
             if r:
                 ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
                 att[i, width - len(r):] = 1
-        return {"input_ids": ids.to(device), "attention_mask": att.to(device)}
+        out = {"input_ids": ids.to(device), "attention_mask": att.to(device)}
+        if visions:
+            out.update(codec.collate(visions, out["input_ids"]))
+        return out

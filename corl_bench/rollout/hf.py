@@ -16,12 +16,15 @@ from typing import Any, Sequence
 import torch
 
 from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, SamplingParams
+from corl_bench.rollout.images import codec_of
 
 log = logging.getLogger(__name__)
 
 
 class HFEngine(InProcessEngine):
-    """Rollouts from an in-process ``transformers`` causal LM (CPU or one GPU)."""
+    """Rollouts from an in-process ``transformers`` causal LM or vision-language model (CPU or one GPU)."""
+
+    supports_images = True
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 512) -> None:
         if tokenizer.padding_side != "left":
@@ -52,6 +55,9 @@ class HFEngine(InProcessEngine):
                                       eos_token_id=tok.eos_token_id, return_dict_in_generate=True)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
+        codec = codec_of(tok)
+        if codec is not None:  # a VLM never samples its image-layout tokens (the raw log-probs are unchanged)
+            kwargs.update(suppress_tokens=list(codec.layout_ids))
         if params.greedy:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,6 +35,7 @@ import torch
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig
 from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, as_request, make_engine
+from corl_bench.rollout.images import codec_of
 from corl_bench.train import grpo, memory, prefix
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class MicroBatch:
     self_certainty: torch.Tensor  # (n,)
     shared: prefix.PrefixBatch | None = None  # grpo.shared_prefix: the same sequences in the shared layout
     behaviour: torch.Tensor | None = None  # (n, T) the engine's log-probs in the mask's layout (behaviour_is_cap)
+    vision: dict[str, torch.Tensor] = field(default_factory=dict)  # a VLM's image inputs of these rows
 
     @property
     def mask(self) -> torch.Tensor:
@@ -166,6 +168,10 @@ class Agent:
                 self.reference = module
         if grpo_cfg.kl_coef > 0 and self.reference is None:  # the KL anchor: a copy of the initial policy
             self.reference = _frozen_copy(model)
+        self.codec = codec_of(tokenizer)  # a vision-language model's tokenizer carries its image codec
+        if self.codec is not None and (grpo_cfg.shared_prefix or grpo_cfg.logit_chunk):
+            raise ValueError(f"agent {spec.name} is a vision-language model: grpo.shared_prefix and grpo.logit_chunk "
+                             "do not take images yet; set grpo.shared_prefix=false grpo.logit_chunk=0")
         self.lora_rank = spec.lora_rank if spec.lora_rank is not None else grpo_cfg.lora_rank
         if self.lora_rank:  # adapters in place, base frozen; the copies above stay plain (they follow merged weights)
             model = memory.apply_lora(model, self.lora_rank, grpo_cfg.lora_alpha or 2.0 * self.lora_rank,
@@ -212,8 +218,21 @@ class Agent:
 
     # ------------------------------------------------------------------ training forward pass
     def _prompt_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        tok = self.tokenizer
+        return self._prompts(prompts)[0]
+
+    def _prompts(self, prompts: Sequence[Prompt]) -> tuple[list[list[int]], list[dict[str, torch.Tensor]]]:
+        """Prompt token ids and, for a vision-language model given images, each prompt's image tensors."""
         reqs = [as_request(p) for p in prompts]
+        if any(r.images for r in reqs):
+            if self.codec is None:
+                raise ValueError(f"agent {self.name} is a text model but a request has images; use a "
+                                 "vision-language family")
+            encoded = [self.codec.prompt(r) for r in reqs]
+            return [e[0] for e in encoded], [e[1] for e in encoded]
+        return self._text_prompt_ids(reqs), []
+
+    def _text_prompt_ids(self, reqs: Sequence[Request]) -> list[list[int]]:
+        tok = self.tokenizer
         if all(r.text is not None for r in reqs):
             return tok([r.text for r in reqs], add_special_tokens=True)["input_ids"]
         return [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
@@ -233,8 +252,9 @@ class Agent:
         was = self.model.training
         self.model.eval()
         try:
-            ids, att, cmask = self._batch(prompts, completions)
-            plain = grpo.logprobs_from_logits(self._token_logits(self.model, ids, att), ids[:, 1:], self.temperature)
+            ids, att, cmask, vision = self._batch(prompts, completions)
+            plain = grpo.logprobs_from_logits(self._token_logits(self.model, ids, att, vision), ids[:, 1:],
+                                              self.temperature)
             plain = plain[cmask[:, 1:].bool()]
             b = prefix.build(self._prompt_ids(prompts), [c.token_ids for c in completions],
                              self.tokenizer.pad_token_id, ids.device)
@@ -247,10 +267,12 @@ class Agent:
             raise RuntimeError(f"grpo.shared_prefix: agent {self.name}'s cached forward differs from its full "
                                f"forward (max log-prob gap {gap:.2e} > {tol:g}); set grpo.shared_prefix=false")
 
-    def _batch(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> tuple[torch.Tensor, ...]:
-        """Right-padded (prompt + completion) ids, attention mask and completion mask, all (N, L)."""
+    def _batch(self, prompts: Sequence[Prompt], completions: Sequence[Completion]
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Right-padded (prompt + completion) ids, attention mask and completion mask, all (N, L), and the image
+        inputs of a vision-language model ({} for text)."""
         tok = self.tokenizer
-        p_ids = self._prompt_ids(prompts)
+        p_ids, visions = self._prompts(prompts)
         rows = [(p, list(c.token_ids)) for p, c in zip(p_ids, completions)]
         width = max(len(p) + len(c) for p, c in rows)
         n = len(rows)
@@ -263,11 +285,14 @@ class Agent:
             att[r, : len(seq)] = 1
             cmask[r, len(p): len(seq)] = 1.0
         device = next(self.model.parameters()).device
-        return ids.to(device), att.to(device), cmask.to(device)
+        ids = ids.to(device)
+        vision = self.codec.collate(visions, ids) if visions else {}
+        return ids, att.to(device), cmask.to(device), vision
 
-    def _token_logits(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    def _token_logits(self, model: Any, ids: torch.Tensor, att: torch.Tensor,
+                      vision: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Logits predicting token t+1 at position t, aligned to targets ids[:, 1:]: (N, L-1, V)."""
-        return model(input_ids=ids, attention_mask=att).logits[:, :-1, :]
+        return model(input_ids=ids, attention_mask=att, **(vision or {})).logits[:, :-1, :]
 
     def _split(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> memory.SplitLM:
         """``model`` as backbone + LM head (checked once against its own logits) for the chunked path."""
@@ -295,22 +320,24 @@ class Agent:
         return (logp, grpo.masked_seq_mean(zeros.masked_scatter(m, ent), mask),
                 grpo.masked_seq_mean(zeros.masked_scatter(m, sc), mask))
 
-    def _stats(self, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _stats(self, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor,
+               vision: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sequence entropy and self-certainty (N,) of the policy, without grad (micro-batched scoring)."""
         with torch.no_grad():
             if self.cfg.logit_chunk:
                 _, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
                 return entropy, certainty
-            logits = self._token_logits(self.model, ids, att)
+            logits = self._token_logits(self.model, ids, att, vision)
             entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(logits, self.temperature), mask)
             certainty = grpo.masked_seq_mean(grpo.self_certainty_from_logits(logits, self.temperature), mask)
             return entropy, certainty
 
-    def _logp(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _logp(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor,
+              vision: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """(N, T) log-probs of the completion tokens under ``model`` (with grad when enabled)."""
         if self.cfg.logit_chunk:
             return self._chunked(model, ids, att, mask, stats=False)[0]
-        return grpo.logprobs_from_logits(self._token_logits(model, ids, att), ids[:, 1:], self.temperature)
+        return grpo.logprobs_from_logits(self._token_logits(model, ids, att, vision), ids[:, 1:], self.temperature)
 
     def forward(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> PolicyForward:
         """The single training-side forward pass over N = len(completions) sequences (kept inside the agent).
@@ -322,13 +349,13 @@ class Agent:
         """
         if self.cfg.shared_prefix:
             return self._forward_shared(self._shared(prompts, completions))
-        ids, att, cmask = self._batch(prompts, completions)
+        ids, att, cmask, vision = self._batch(prompts, completions)
         targets, mask = ids[:, 1:], cmask[:, 1:]
         self.model.train()
         if self.cfg.logit_chunk:
             logp, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
         else:
-            logits = self._token_logits(self.model, ids, att)
+            logits = self._token_logits(self.model, ids, att, vision)
             logp = grpo.logprobs_from_logits(logits, targets, self.temperature)
             with torch.no_grad():
                 detached = logits.detach()
@@ -337,7 +364,7 @@ class Agent:
         ref_logp = None
         if self.reference is not None:
             with torch.no_grad():
-                ref_logp = self._logp(self.reference, ids, att, mask)
+                ref_logp = self._logp(self.reference, ids, att, mask, vision)
         return PolicyForward(logp=logp, mask=mask, entropy=entropy, self_certainty=certainty, ref_logp=ref_logp)
 
     def _forward_shared(self, b: prefix.PrefixBatch) -> PolicyForward:
@@ -356,7 +383,7 @@ class Agent:
         """(n, T) log-probs of one scored micro-batch's completion tokens under ``model``, in its layout."""
         if b.shared is not None:
             return grpo.logprobs_from_logits(prefix.logits(model, b.shared), b.shared.ids, self.temperature)
-        return self._logp(model, b.ids, b.att, b.cmask[:, 1:])
+        return self._logp(model, b.ids, b.att, b.cmask[:, 1:], b.vision)
 
     def score(self, samples: Sequence[TrainSample]) -> SampleStats:
         """Training forward pass over ``samples``; the graph waits inside the agent for :meth:`update`.
@@ -378,9 +405,9 @@ class Agent:
                     if self.cfg.behaviour_is_cap:
                         self._micro[-1].behaviour = self._behaviour([s.completion for s in part], shared.mask)
                 else:
-                    ids, att, cmask = self._batch([s.request for s in part], [s.completion for s in part])
-                    ent, sc = self._stats(ids, att, cmask[:, 1:])
-                    self._micro.append(MicroBatch(ids, att, cmask, ent, sc))
+                    ids, att, cmask, vision = self._batch([s.request for s in part], [s.completion for s in part])
+                    ent, sc = self._stats(ids, att, cmask[:, 1:], vision)
+                    self._micro.append(MicroBatch(ids, att, cmask, ent, sc, vision=vision))
                     if self.cfg.behaviour_is_cap:
                         self._micro[-1].behaviour = self._behaviour([s.completion for s in part], cmask[:, 1:])
                 entropy += ent.tolist()
@@ -540,3 +567,5 @@ class Agent:
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+        if self.codec is not None:  # a vision-language model: its image processor and image-token layout
+            self.codec.save_pretrained(path)
