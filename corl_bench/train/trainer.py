@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from corl_bench.config import Config, ConfigError
+from corl_bench.eval.scoring import EXTRACTORS
 from corl_bench.eval.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.profile import render_for, stop_for
@@ -46,9 +47,11 @@ def _rows(flat: list[float], k: int) -> list[list[float]]:
     return [flat[i: i + k] for i in range(0, len(flat), k)]
 
 
-def _rollouts(agent: str, rows: list[list[Any]]) -> AgentRollouts:
-    """Completions [P][N] -> what a method sees: extracted answers (once, by the shared verifier), texts, finished."""
-    return AgentRollouts(agent=agent, answers=[[extract_normalized(c.text) for c in row] for row in rows],
+def _rollouts(agent: str, rows: list[list[Any]], extract: Callable[[str], Any] = extract_normalized
+              ) -> AgentRollouts:
+    """Completions [P][N] -> what a method sees: extracted answers (once, by the shared verifier with
+    ``rollout.extractor``), texts, finished."""
+    return AgentRollouts(agent=agent, answers=[[extract(c.text) for c in row] for row in rows],
                          completions=[[c.text for c in row] for row in rows],
                          finished=[[c.finished for c in row] for row in rows])
 
@@ -154,12 +157,13 @@ class Trainer:
         requests = {a.name: [render_for(self.profile, p, a.spec) for p in problems] for a in self.agents}
         n = self.method.generation_n(k)
         comps = each(self.agents, lambda a: ("generate", (requests[a.name], self._params(n, a, step, 0)), {}))
-        rollouts = {name: _rollouts(name, rows) for name, rows in comps.items()}
+        extract = EXTRACTORS[self.cfg.rollout.extractor]
+        rollouts = {name: _rollouts(name, rows, extract) for name, rows in comps.items()}
         aux_rollouts: dict[str, dict[str, AgentRollouts]] = {}
         for aux in (x for x in self.method.auxiliary if x.generates):
             rows = each(self.agents, lambda a: ("generate", (requests[a.name], self._params(k, a, step, aux.seed_salt)),
                                                 {"model": aux.name}))
-            aux_rollouts[aux.name] = {name: _rollouts(name, r) for name, r in rows.items()}
+            aux_rollouts[aux.name] = {name: _rollouts(name, r, extract) for name, r in rows.items()}
         timer["rollout"] = time.perf_counter() - t0
 
         # 2. one training-side forward pass per agent over its first K rollouts of every prompt; the agent keeps
