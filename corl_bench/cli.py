@@ -171,7 +171,10 @@ def _list_benchmarks(reg) -> Listing:
         dec, src = spec.get("decoding") or {}, spec.get("source") or {}
         decoding = (("greedy + " if dec.get("greedy") else "") + f"T={dec.get('temperature')} "
                     f"top-p={dec.get('top_p')} ≤{dec.get('max_new_tokens')} tok")
-        rows.append((name, str(spec.get("version")), str(spec.get("task")), str(dec.get("samples")), decoding,
+        if dec.get("greedy") and dec.get("samples") == 0:
+            decoding = f"greedy ≤{dec.get('max_new_tokens')} tok"
+        task = str(spec.get("task")) + ("+image" if spec.get("modality") == "image" else "")
+        rows.append((name, str(spec.get("version")), task, str(dec.get("samples")), decoding,
                      f"{spec.get('extractor')}/{spec.get('grader')}", str(src.get("local") or src.get("suite") or "-")))
     return ("name", "version", "task", "k", "decoding", "extractor/grader", "data"), rows
 
@@ -310,6 +313,10 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
           code_timeout: float = typer.Option(10.0, "--code-timeout", help="CPU seconds per HumanEval/MBPP program"),
           workers: int = typer.Option(2, "--workers", help="sandboxed programs run at once"),
           chunk: int = typer.Option(32, "--chunk", help="problems per generation batch (x k samples); saved per chunk"),
+          judge: Optional[str] = typer.Option(None, "--judge", help="LLM judge (model folder or cached hub id) that "
+                                              "re-checks answers the rules marked wrong; off by default"),
+          extractor: Optional[str] = typer.Option(None, "--extractor", help="image benchmarks only: another "
+                                                  "extractor, e.g. answer_tag (the paper's <answer> format)"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Evaluate models on benchmark specs; per-sample predictions are kept and a re-run skips what exists."""
     from corl_bench.eval.targets import run_eval
@@ -319,7 +326,8 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
     try:
         run_eval(target, names, data_dir=data_dir, phase=phase, out=out, seed=seed, max_problems=max_problems,
                  overrides={"samples": samples, "max_new_tokens": max_new_tokens}, engine=engine,
-                 code_timeout=code_timeout, workers=workers, chunk=chunk, report=lambda line: Console().print(line, highlight=False))
+                 code_timeout=code_timeout, workers=workers, chunk=chunk, judge=judge, extractor=extractor,
+                 report=lambda line: Console().print(line, highlight=False))
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
 

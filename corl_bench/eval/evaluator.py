@@ -7,6 +7,13 @@ One row per (problem, decoding, sample index) goes to ``<out>/<benchmark>.jsonl`
     {"benchmark", "benchmark_version", "problem_id", "decoding", "sample_index", "prompt", "completion",
      "extracted", "gold", "correct", "finished", "n_tokens", "status"?}      # status: code benchmarks only
 
+Multimodal items add ``images`` (their image files relative to the data directory, so a table can be audited),
+``choices`` (the option texts the ``mc_letter_or_value`` grader needs to re-grade the row), ``meta`` (the spec's
+``record_fields``, e.g. We-Math's ``we_math_id`` / ``key``) and ``extractor`` (the extractor the row was graded with:
+the spec's, or ``corl-bench eval --extractor``'s). With the optional LLM judge (:mod:`corl_bench.eval.judge`), a row
+the rule grader marked wrong also carries ``judge`` (model, verdict, output) and counts as right when the verdict is
+yes; a rule-credited row is never shown to the judge. Text rows are unchanged.
+
 Greedy rows of every item come first, then the sampled rows. Rows are appended in complete lines after every chunk,
 so an interrupted evaluation keeps what it finished and a re-run generates only the (problem, decoding, sample) keys
 that are missing. Predictions made under another version of the benchmark are refused (delete them or write
@@ -78,9 +85,19 @@ def n_generations(cfg: Any, n_items: int) -> int:
 def request_for(spec: BenchmarkSpec, item: Any, tokenizer: Any = None) -> Any:
     """What the model is asked for ``item``: the item's own ``prompt()`` when it has one (a profile's items, e.g.
     the micro profile's, in the benchmark's original wording), else the spec's template rendered by
-    :func:`corl_bench.eval.items.render` (chat template with ``tokenizer``)."""
+    :func:`corl_bench.eval.items.render` (chat template with ``tokenizer``): a plain ``str`` for a text item, a
+    :class:`corl_bench.rollout.base.Request` with the item's ``images`` (absolute paths, in order) for an item that
+    has them. The text carries no image token: the model's processor places the images."""
     own = getattr(item, "prompt", None)
-    return own() if callable(own) else render(spec, item, tokenizer)
+    if callable(own):
+        return own()
+    text = render(spec, item, tokenizer)
+    images = tuple(getattr(item, "images", ()) or ())
+    if not images:
+        return text
+    from corl_bench.rollout.base import Request
+
+    return Request(text=text, images=images)
 
 
 def _text(prompt: Any) -> str:
@@ -96,7 +113,15 @@ def row_grader(spec: BenchmarkSpec) -> Callable[[Mapping[str, Any]], tuple[Optio
     completion; for code, the stored execution result (re-running every program is what ``eval`` does)."""
     if spec.task == "code":
         return lambda row: (row.get("extracted"), bool(row.get("correct")))
-    return lambda row: grade_text(str(row.get("completion") or ""), str(row["gold"]), spec.extractor, spec.grader)
+
+    def grade(row: Mapping[str, Any]) -> tuple[Optional[str], bool]:
+        extracted, correct = grade_text(str(row.get("completion") or ""), str(row["gold"]),
+                                        row.get("extractor") or spec.extractor, spec.grader, row.get("choices"))
+        if not correct and (row.get("judge") or {}).get("verdict") is True:
+            correct = True  # the judge's stored verdict, given only where the rules said wrong
+        return extracted, correct
+
+    return grade
 
 
 def _existing(path: Path, spec: BenchmarkSpec) -> list[dict[str, Any]]:
@@ -123,10 +148,25 @@ def _params(dec: Decoding, decoding_name: str, n: int, seed: int) -> Any:
                           stop=tuple(dec.stop), logprobs=False, seed=seed)
 
 
+def _row_extras(spec: BenchmarkSpec, item: Any) -> dict[str, Any]:
+    """The multimodal fields of a prediction row (none for a text item)."""
+    extras: dict[str, Any] = {}
+    if getattr(item, "images", ()):
+        extras["images"] = list((getattr(item, "meta", None) or {}).get("images") or item.images)
+    if getattr(item, "choices", ()):
+        extras["choices"] = list(item.choices)
+    record = (getattr(item, "meta", None) or {}).get("record")
+    if record:
+        extras["meta"] = dict(record)
+    if spec.modality == "image":
+        extras["extractor"] = spec.extractor
+    return extras
+
+
 def evaluate(generate: Generate, spec: BenchmarkSpec, items: Sequence[Any], *, out_path: Path, seed: int = 0,
              decoding: Decoding | None = None, chunk: int | None = None, tokenizer: Any = None, resume: bool = True,
              progress: Callable[[int], None] | None = None, code_timeout: float = 10.0,
-             workers: int = 2) -> BenchmarkScores:
+             workers: int = 2, judge: Any = None) -> BenchmarkScores:
     """Generate what ``out_path`` lacks, grade it with the spec, append it; return the scores of ``items``' rows.
 
     ``generate(prompts, params)``: see :data:`Generate` (an agent's ``generate``, or an engine's). ``items``: each
@@ -134,6 +174,7 @@ def evaluate(generate: Generate, spec: BenchmarkSpec, items: Sequence[Any], *, o
     template renders (:func:`request_for`). ``seed``/``chunk``: the seed rule of the module docstring (``chunk``
     None = all items in one chunk). ``decoding``: default the spec's. ``resume=False`` deletes ``out_path`` first
     (a training run's phase starts fresh). ``progress(n)`` is called with the number of rows each chunk added.
+    ``judge``: an optional :class:`corl_bench.eval.judge.Judge`, asked only about the rows the rules marked wrong.
     """
     dec = decoding or spec.decoding
     out_path = Path(out_path)
@@ -165,7 +206,10 @@ def evaluate(generate: Generate, spec: BenchmarkSpec, items: Sequence[Any], *, o
                        "n_tokens": len(c.token_ids)}
                 if status is not None:
                     row["status"] = status
+                row.update(_row_extras(spec, it))
                 batch.append(row)
+            if judge is not None and spec.task != "code":
+                judge.review(batch, [it for it, _, _, _ in new])
             from corl_bench.results import append_jsonl
             append_jsonl(out_path, batch)
             rows.extend(batch)
@@ -202,7 +246,8 @@ def load_scores(out_dir: Path, benchmarks: Mapping[str, Any]) -> dict[str, Bench
 def _grade(spec: BenchmarkSpec, pairs: list[tuple[Any, str]], timeout: float, workers: int
            ) -> list[tuple[Optional[str], bool, Optional[str]]]:
     if spec.task != "code":
-        return [(*grade_text(text, it.gold, spec.extractor, spec.grader), None) for it, text in pairs]
+        return [(*grade_text(text, it.gold, spec.extractor, spec.grader, getattr(it, "choices", None)), None)
+                for it, text in pairs]
     from corl_bench.eval.codeexec import run_many
 
     codes = [extract_code(text) for _, text in pairs]

@@ -2,7 +2,15 @@
 
 ``build_items(spec, rows)`` turns rows into :class:`Item`\\ s:
 
-* math — ``problem`` / ``answer`` (GSM8K, MATH-500, AMC, AIME, Minerva, OlympiadBench);
+* math — ``problem`` / ``answer`` (GSM8K, MATH-500, AMC, AIME, Minerva, OlympiadBench); the multimodal sets
+  (MathVision, MathVerse, MathVista, We-Math) too: a row whose ``question_type`` is not ``free_form`` and that has
+  ``choices`` becomes a multiple-choice item — ``Item.choices`` holds the option texts in letter order, the options
+  follow the problem as the spec's ``choices_template`` says (``(A) text`` lines), and a gold written as an option's
+  text becomes that option's letter (MathVista's local copy), as the paper's data preparation maps answers to
+  letters. ``Item.images`` holds the row's image files (absolute paths, in order; resolved by
+  :mod:`corl_bench.eval.multimodal`); ``meta["images"]`` the same paths relative to the data directory, for the
+  prediction rows. MathVision's ``<image1>`` placeholders stay in the text as written: they are plain text, not a
+  model's image token (the model's processor places the image itself, before the text);
 * mcq — GPQA: the question followed by lettered options ``(A) ...``; gold = the letter. The options are the Co-RL
   order (``corl_choices`` / ``corl_answer_letter``: ``random.Random(row_index).shuffle``) when present, else
   ``choices`` (+ ``answer`` letter) as given;
@@ -22,7 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from corl_bench.eval.specs import BenchmarkSpec
+from corl_bench.eval.scoring import LETTERS, gold_index
 from corl_bench.config import ConfigError
+
+IMAGES_KEY, IMAGES_REL_KEY = "_images", "_images_rel"
+"""Row keys :func:`corl_bench.eval.data.load_rows` adds to the rows of a benchmark with images: absolute paths, and
+the same paths relative to the data directory (never written by ``corl-bench data prepare``)."""
 
 
 @dataclass(frozen=True)
@@ -31,8 +44,12 @@ class Item:
     problem: str
     """what ``{problem}`` in the spec's prompt renders to"""
     gold: str
-    """the answer (math), the letter (mcq), or "" (code: the tests decide)"""
+    """the answer (math), the letter (mcq and multiple-choice math items), or "" (code: the tests decide)"""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    images: tuple[str, ...] = ()
+    """the item's image files (absolute paths, in the order the problem refers to them); empty for text items"""
+    choices: tuple[str, ...] = ()
+    """option texts in letter order (A, B, ...) of a multiple-choice item; empty for free-form items"""
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -54,9 +71,52 @@ def _mcq(row: Mapping[str, Any]) -> tuple[str, str]:
     else:
         choices, gold = _as_list(row["choices"]), str(row["answer"])
     question = str(row.get("question") or row["problem"]).strip()
-    letters = "ABCDEFGHIJ"
-    options = "\n".join(f"({letters[i]}) {str(c).strip()}" for i, c in enumerate(choices))
-    return f"{question}\n\n{options}", gold.strip().upper()
+    return f"{question}\n\n{options_text(choices)}", gold.strip().upper()
+
+
+def options_text(choices: Sequence[Any], skip_empty: bool = False) -> str:
+    """``(A) text`` lines of a multiple-choice item's options; ``skip_empty``: leave out empty texts (letters the
+    item skips, see :func:`_choices`)."""
+    return "\n".join(f"({LETTERS[i]}) {str(c).strip()}" for i, c in enumerate(choices)
+                     if str(c).strip() or not skip_empty)
+
+
+def _choices(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The option texts of a multiple-choice row (``choices`` given and ``question_type`` not free-form), else ()."""
+    raw = row.get("choices")
+    if not raw or str(row.get("question_type", "multi_choice")).replace("-", "_") == "free_form":
+        return ()
+    options = tuple(str(c) for c in _as_list(raw))
+    if len(options) > len(LETTERS):
+        raise ValueError(f"{len(options)} options; at most {len(LETTERS)} (A-{LETTERS[-1]}) are supported")
+    letters = row.get("choice_letters")  # We-Math: one item's options are A, B, C, F
+    if isinstance(letters, str) and len(letters) == len(options) and letters != LETTERS[:len(options)] \
+            and all(c in LETTERS for c in letters):
+        padded = [""] * (max(LETTERS.index(c) for c in letters) + 1)
+        for c, text in zip(letters, options):
+            padded[LETTERS.index(c)] = text
+        options = tuple(padded)
+    return options
+
+
+def _math(spec: BenchmarkSpec, row: Mapping[str, Any], rid: str) -> Item:
+    problem, gold = str(row["problem"]), str(row["answer"])
+    choices = _choices(row)
+    if choices:
+        if spec.choices_template:
+            problem += spec.choices_template.format(options=options_text(choices, skip_empty=True))
+        idx = gold_index(gold, choices)
+        if idx is not None:
+            gold = LETTERS[idx]
+    images = tuple(str(p) for p in row.get(IMAGES_KEY) or ())
+    if spec.modality == "image" and not images:
+        raise ValueError("no image (a modality: image benchmark needs one per item)")
+    meta: dict[str, Any] = {}
+    if images:
+        meta["images"] = list(row.get(IMAGES_REL_KEY) or images)
+    if spec.record_fields:
+        meta["record"] = {f: row.get(f) for f in spec.record_fields}
+    return Item(rid, problem, gold, meta, images=images, choices=choices)
 
 
 def _code(row: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -85,7 +145,7 @@ def build_items(spec: BenchmarkSpec, rows: Sequence[Mapping[str, Any]]) -> list[
         rid = str(row.get("id", row.get("task_id", row.get("question_id", i))))
         try:
             if spec.task == "math":
-                items.append(Item(rid, str(row["problem"]), str(row["answer"])))
+                items.append(_math(spec, row, rid))
             elif spec.task == "mcq":
                 problem, gold = _mcq(row)
                 items.append(Item(rid, problem, gold))

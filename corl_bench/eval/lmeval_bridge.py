@@ -47,7 +47,7 @@ def process_results(doc, results):
         meta = json.loads(doc["meta"])
         graded = [(extract_code(c), run_tests(extract_code(c), meta)[0]) for c in completions]
     else:
-        graded = [grade_text(c, doc["gold"], EXTRACTOR, GRADER) for c in completions]
+        graded = [grade_text(c, doc["gold"], EXTRACTOR, GRADER, doc.get("choices")) for c in completions]
     flags = [ok for _, ok in graded]
     n = len(flags)
     out = {{"avg_k": sum(flags) / n, "pass_k": pass_at_k(n, sum(flags), n)}}
@@ -74,8 +74,11 @@ def render_task(spec: BenchmarkSpec, items: Sequence[Item], task_dir: Path, toke
     docs = task_dir / f"{name}.jsonl"
     with open(docs, "w", encoding="utf-8") as f:
         for it in items:
-            f.write(json.dumps({"id": it.id, "prompt": render(spec, it, tokenizer), "gold": it.gold,
-                                "meta": json.dumps(dict(it.meta))}, ensure_ascii=False) + "\n")
+            doc = {"id": it.id, "prompt": render(spec, it, tokenizer), "gold": it.gold,
+                   "meta": json.dumps(dict(it.meta))}
+            if getattr(it, "choices", ()):  # multiple-choice items of the mc_letter_or_value grader
+                doc["choices"] = list(it.choices)
+            f.write(json.dumps(doc, ensure_ascii=False) + "\n")
     k = max(1, dec.samples)
     gen = {"until": list(dec.stop), "max_gen_toks": dec.max_new_tokens}
     # top_k 0: HFLM hands these to ``model.generate``, whose global default top_k=50 would otherwise truncate every
@@ -123,7 +126,7 @@ def rows_from_samples(spec: BenchmarkSpec, samples: list[dict[str, Any]], decodi
         doc = s["doc"]
         comps = s["filtered_resps"][0]
         comps = comps if isinstance(comps, list) else [comps]
-        item = Item(doc["id"], "", doc["gold"], json.loads(doc["meta"]))
+        item = Item(doc["id"], "", doc["gold"], json.loads(doc["meta"]), choices=tuple(doc.get("choices") or ()))
         graded = _grade(spec, [(item, c) for c in comps], 10.0, 2)
         for k, (c, (extracted, correct, status)) in enumerate(zip(comps, graded)):
             row = {"benchmark": spec.name, "benchmark_version": spec.version, "problem_id": doc["id"],
@@ -133,6 +136,8 @@ def rows_from_samples(spec: BenchmarkSpec, samples: list[dict[str, Any]], decodi
                 row["n_tokens"] = len(tokenizer(c, add_special_tokens=False)["input_ids"])
             if status is not None:
                 row["status"] = status
+            if item.choices:
+                row["choices"] = list(item.choices)
             rows.append(row)
     return rows
 

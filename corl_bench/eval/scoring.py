@@ -8,23 +8,30 @@ Extractors (completion -> answer string or None):
     flexible   lm-eval GSM8K ``flexible-extract``: the last number in the text ($ and thousands commas dropped)
     letter     the last \\boxed{A-J} letter, else "answer is (X)" / "answer: X" (GPQA, boxed protocol)
     code       the last fenced code block (```python ... ```), else the completion itself (a continuation)
+    answer_tag the content of the LAST complete ``<answer>...</answer>`` tag (case-insensitive, spanning lines), the
+               paper's VLM answer format (R1-V; ``mllm/trainers/verifiers/math_verify_wrapper.py::extract_answer_tag``);
+               NO fallback: without a tag (or with an empty one) the answer is None. A content that is exactly one
+               ``\\boxed{...}`` is unwrapped; the result is Hendrycks-normalised like ``boxed``'s
 
 Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.eval.verifier.is_correct`: exact, numeric, then
-math-verify, then the Qwen evaluation grader's percent rule), ``exact`` (string equality after stripping), ``letter`` (case-insensitive letter equality) and
+math-verify, then the Qwen evaluation grader's percent rule), ``exact`` (string equality after stripping), ``letter`` (case-insensitive letter equality),
 ``tests`` (code: the program must pass the benchmark's tests in the sandbox; graded by :mod:`corl_bench.eval.codeexec`,
-not here).
+not here) and ``mc_letter_or_value`` (the multimodal benchmarks' multiple-choice fix, :func:`mc_letter_or_value`: it
+also receives the item's option texts, ``choices``, which prediction rows store so that ``corl-bench table`` re-grades
+them; graders in :data:`USES_CHOICES` get them from :func:`grade_text`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from corl_bench.eval.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
 
 _NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 _LETTER_BOX = re.compile(r"\\boxed\s*\{\s*(?:\\text\{)?\s*\(?([A-Ja-j])\)?\s*\}?\s*\}")
 _LETTER_PHRASE = re.compile(r"answer\s*(?:is|:)\s*\(?([A-J])\)?(?![A-Za-z])", re.IGNORECASE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _FENCE = re.compile(r"```[ \t]*(?:python|py|Python3?|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
@@ -59,9 +66,26 @@ def extract_code(text: str) -> Optional[str]:
     return text if text.strip() else None
 
 
+def answer_tag_content(text: str) -> Optional[str]:
+    """The raw (stripped) content of the last complete ``<answer>...</answer>`` tag; None without one."""
+    found = _ANSWER_TAG.findall(text or "")
+    return found[-1].strip() if found else None
+
+
+def extract_answer_tag(text: str) -> Optional[str]:
+    """The content of the last complete ``<answer>...</answer>`` tag, normalised; None without one (no fallback)."""
+    content = answer_tag_content(text)
+    if content is None:
+        return None
+    inner = _extract_boxed(content) if content.startswith(("\\boxed", "\\fbox")) else None
+    if inner is not None and content.endswith("}") and content.count("\\boxed") + content.count("\\fbox") == 1:
+        content = inner
+    return normalize_answer(content) if content else None
+
+
 EXTRACTORS: dict[str, Callable[[str], Optional[str]]] = {
     "qwen": extract_normalized, "boxed": extract_boxed, "flexible": extract_flexible, "letter": extract_letter,
-    "code": extract_code,
+    "code": extract_code, "answer_tag": extract_answer_tag,
 }
 
 
@@ -77,12 +101,88 @@ def _tests(pred: Optional[str], gold: Optional[str]) -> bool:
     raise RuntimeError("code answers are graded by executing tests (corl_bench.eval.codeexec), not by string comparison")
 
 
-GRADERS: dict[str, Callable[[Optional[str], Optional[str]], bool]] = {
-    "math": is_correct, "exact": _exact, "letter": _letter, "tests": _tests,
+LETTERS = "ABCDEFGHIJ"
+# "B", "(B)", "B.", "B:", "B)", "B: text", "(B) text" (spaces are already gone after normalisation: "B:60").
+_MC_LETTER = re.compile(r"^\(?([A-J])\)?(?:[.:)]|$)")
+_MC_SPACE = re.compile(r"\s+")
+
+
+def option_letter(answer: Optional[str], n_options: int = len(LETTERS)) -> Optional[str]:
+    """The option letter an answer names ("B", "(B)", "B.", "B: text", "\\text{(B)}" ...), or None when it names
+    none (or a letter beyond the ``n_options`` options). Only capital letters count: a lone "b" may be a value."""
+    if answer is None:
+        return None
+    s = normalize_answer(answer)
+    if s is None:
+        return None
+    m = _MC_LETTER.match(s)
+    if m is None or LETTERS.index(m.group(1)) >= n_options:
+        return None
+    return m.group(1)
+
+
+def _same_text(a: str, b: str) -> bool:
+    return _MC_SPACE.sub(" ", a).strip().lower() == _MC_SPACE.sub(" ", b).strip().lower()
+
+
+def gold_index(gold: Optional[str], choices: Optional[Sequence[str]]) -> Optional[int]:
+    """Which option is right: the gold letter's position ("B", also "(B)" as 4 MathVerse golds are written), else (a
+    gold written as an option's text: MathVista, 4 MathVerse items) the option whose text equals it; None when
+    neither (e.g. MathVerse's two "C\\nD" golds that name two options)."""
+    if gold is None or not choices:
+        return None
+    g = str(gold).strip()
+    if len(g) == 1 and g.upper() in LETTERS[:len(choices)]:
+        return LETTERS.index(g.upper())
+    letter = option_letter(g, len(choices))
+    if letter is not None and len(g) <= 4:  # "(B)", "B.", "B:" — not an option text that starts with a letter
+        return LETTERS.index(letter)
+    for i, c in enumerate(choices):
+        if _same_text(str(c), g):
+            return i
+    return None
+
+
+def mc_letter_or_value(pred: Optional[str], gold: Optional[str], choices: Optional[Sequence[str]] = None) -> bool:
+    """The paper's multiple-choice letter-or-value fix (``mllm/eval/grade.py``): an answer to a multiple-choice item
+    is right when it names the gold option's letter ("B", "(B)", "B.", "B: text") or equals the gold option's text or
+    value (string equality ignoring case and spacing, else :func:`corl_bench.eval.verifier.is_correct`: numbers,
+    LaTeX, math-verify). An answer that names a letter is judged by the letter alone ("B: 60" with gold C is wrong
+    even when C's text is 60). Without options (a free-form item) it is the ``math`` grader; with options whose gold
+    is neither a letter nor an option text, the answer must equal the gold (``math``) or name a letter equal to it."""
+    if pred is None or gold is None:
+        return False
+    gold = str(gold).strip()
+    if not choices:
+        letter = option_letter(pred)
+        if letter is not None and len(gold) == 1 and gold.upper() in LETTERS:
+            return letter == gold.upper()
+        return is_correct(pred, gold)
+    choices = [str(c) for c in choices]
+    idx = gold_index(gold, choices)
+    letter = option_letter(pred, len(choices))
+    if letter is not None:
+        return idx is not None and LETTERS.index(letter) == idx
+    if idx is None:
+        return is_correct(pred, gold)
+    value = choices[idx].strip()
+    return _same_text(pred, value) or is_correct(pred, value)
+
+
+GRADERS: dict[str, Callable[..., bool]] = {
+    "math": is_correct, "exact": _exact, "letter": _letter, "tests": _tests, "mc_letter_or_value": mc_letter_or_value,
 }
+USES_CHOICES = frozenset({"mc_letter_or_value"})
+"""Graders called with the item's options as a third argument (``choices``; None for a free-form item)."""
 
 
-def grade_text(completion: str, gold: str, extractor: str = "qwen", grader: str = "math") -> tuple[Optional[str], bool]:
-    """(extracted answer, correct) of a non-code completion under a spec's extractor and grader."""
+def grade_text(completion: str, gold: str, extractor: str = "qwen", grader: str = "math",
+               choices: Optional[Sequence[str]] = None) -> tuple[Optional[str], bool]:
+    """(extracted answer, correct) of a non-code completion under a spec's extractor and grader; ``choices`` (the
+    item's option texts, in letter order) reach the graders of :data:`USES_CHOICES` and are ignored by the others."""
     answer = EXTRACTORS[extractor](completion or "")
-    return answer, bool(answer is not None and GRADERS[grader](answer, gold))
+    if answer is None:
+        return None, False
+    if grader in USES_CHOICES:
+        return answer, bool(GRADERS[grader](answer, gold, list(choices) if choices else None))
+    return answer, bool(GRADERS[grader](answer, gold))

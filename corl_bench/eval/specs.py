@@ -17,6 +17,16 @@ under the same protocol::
     decoding: {greedy: false, samples: 1, temperature: 0.6, top_p: 0.95, max_new_tokens: 3072}
     metrics: [avg@k, pass@k, maj@k]
 
+Multimodal specs (MathVision, MathVerse, MathVista, We-Math) add::
+
+    modality: image                  # every item carries its image(s) (text = none; the default)
+    choices_template: "\\nChoices:\\n{options}"   # how a multiple-choice item's options follow its problem: {options}
+                                     # = one "(A) text" line per option; leave it out when the problem lists them
+    record_fields: [we_math_id, key] # data fields copied into every prediction row (under "meta"), e.g. for We-Math's
+                                     # four-dimensional metrics
+    source:
+      versions: [Vision Only]        # multi-version sets (MathVerse): keep rows whose problem_version is listed
+
 Every field is checked when a spec is loaded; a bad spec fails with one line naming the file, the field and a fix.
 """
 
@@ -28,7 +38,12 @@ from typing import Any, Mapping
 from corl_bench.config import ConfigError
 
 TASKS = ("math", "mcq", "code")
-METRIC_NAMES = ("greedy", "avg@k", "pass@k", "maj@k")
+MODALITIES = ("text", "image")
+GENERATED_PROFILES = ("micro", "micro-visual")
+"""profiles whose benchmark suites are generated (no data files): a spec's ``profile`` names one of them or none"""
+METRIC_NAMES = ("greedy", "avg@k", "pass@k", "maj@k", "we-math")
+"""``we-math``: We-Math's four-dimensional metrics (IK, IG, CM, RM; :mod:`corl_bench.eval.wemath`), from the greedy
+rows grouped by the ``we_math_id`` / ``key`` the spec records in them"""
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,10 @@ class Source:
     suite: str | None = None
     size: int | None = None
     seed: int | None = None
+    versions: tuple[str, ...] = ()
+    """multi-version sets (MathVerse): keep only rows whose ``version_field`` is one of these; every listed version
+    must be present in the data (a version the local copy lacks is a one-line error naming the hub dataset)"""
+    version_field: str = "problem_version"
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,15 @@ class BenchmarkSpec:
     system: str | None = None
     fewshot: int = 0
     profile: str | None = None
-    """``micro`` for the micro profile's generated suites; None for real benchmarks"""
+    """``micro`` / ``micro-visual`` for those profiles' generated suites; None for real benchmarks"""
     notes: str = ""
+    modality: str = "text"
+    """``image``: every item carries its image file(s), resolved against the folder of ``source.local``"""
+    choices_template: str | None = None
+    """a multiple-choice item's options appended to its problem (``{options}`` = ``(A) text`` lines); None = not
+    appended (the problem text lists them already)"""
+    record_fields: tuple[str, ...] = ()
+    """data fields copied into every prediction row under ``meta`` (We-Math: ``we_math_id``, ``key``)"""
 
     @property
     def key(self) -> str:
@@ -104,8 +130,11 @@ def _sub(cls: type, raw: Any, where: str) -> Any:
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]} is not a field; valid: {', '.join(sorted(valid))}")
     vals = dict(raw)
-    if "stop" in vals:
-        vals["stop"] = tuple(vals["stop"] or ())
+    for key in ("stop", "versions"):
+        if key in vals:
+            if isinstance(vals[key], str) or not isinstance(vals[key] or (), (list, tuple)):
+                raise ConfigError(f"{where}.{key} must be a list of strings (got {vals[key]!r})")
+            vals[key] = tuple(str(v) for v in vals[key] or ())
     return cls(**vals)
 
 
@@ -146,15 +175,32 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
         raise ConfigError(f"{where}.decoding.top_p must be in (0, 1] (got {dec.top_p})")
     if dec.max_new_tokens < 1:
         raise ConfigError(f"{where}.decoding.max_new_tokens must be >= 1 (got {dec.max_new_tokens})")
-    if raw.get("profile") != "micro" and not (src.local or src.hub):
+    if raw.get("profile") not in GENERATED_PROFILES and not (src.local or src.hub):
         raise ConfigError(f"{where}.source: give a local path or a hub dataset")
     if "{problem}" not in str(raw["prompt"]):
         raise ConfigError(f"{where}.prompt must contain {{problem}}")
+    modality = raw.get("modality") or "text"
+    if modality not in MODALITIES:
+        raise ConfigError(f"{where}.modality must be one of {', '.join(MODALITIES)} (got {modality!r})")
+    if modality == "image" and not src.local and raw.get("profile") not in GENERATED_PROFILES:
+        raise ConfigError(f"{where}.source.local is required for modality: image (its folder holds the images, e.g. "
+                          "local: mathvision/test.jsonl with mathvision/images/)")
+    template = raw.get("choices_template")
+    if template is not None and (not isinstance(template, str) or "{options}" not in template):
+        raise ConfigError(f"{where}.choices_template must be a string containing {{options}} (got {template!r}); "
+                          "leave it out when the problem text lists the options")
+    fields_ = raw.get("record_fields") or ()
+    if isinstance(fields_, str) or not all(isinstance(f, str) and f for f in fields_):
+        raise ConfigError(f"{where}.record_fields must be a list of field names (got {fields_!r})")
+    if "we-math" in metrics and not {"we_math_id", "key"} <= set(fields_):
+        raise ConfigError(f"{where}.metrics: we-math groups rows by we_math_id and key; add record_fields: "
+                          "[we_math_id, key]")
     return BenchmarkSpec(
         name=str(raw["name"]), version=str(raw["version"]), task=raw["task"], source=src, prompt=str(raw["prompt"]),
         extractor=raw["extractor"], grader=raw["grader"], decoding=dec, metrics=metrics,
         chat_template=bool(raw.get("chat_template", False)), system=raw.get("system"),
-        fewshot=int(raw.get("fewshot", 0) or 0), profile=raw.get("profile"), notes=str(raw.get("notes", "")))
+        fewshot=int(raw.get("fewshot", 0) or 0), profile=raw.get("profile"), notes=str(raw.get("notes", "")),
+        modality=modality, choices_template=template, record_fields=tuple(fields_))
 
 
 def get_spec(name: str) -> BenchmarkSpec:

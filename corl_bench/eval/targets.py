@@ -91,11 +91,12 @@ def _write_base_run(root: Path, name: str, ref: str, seed: int) -> None:
 
 
 def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: str, engine: str, *,
-                   seed: int | None = None, chunk: int | None = None) -> None:
+                   seed: int | None = None, chunk: int | None = None, judge: str | None = None) -> None:
     """Record the protocol of ``<agent_dir>/<benchmark>.jsonl`` in ``eval_manifest.json``; a one-line ConfigError
     when predictions already there were made under another one. Our engine (resumable: new rows join old ones)
     also records the seed rule, and ``seed`` and ``chunk`` when given (they decide every chunk's random numbers).
-    With no predictions in the file (deleted, or never written) the old entry is simply replaced."""
+    With no predictions in the file (deleted, or never written) the old entry is simply replaced. ``judge``: the LLM
+    judge's model (recorded only when one is used; adding or dropping it is a change of protocol)."""
     from corl_bench.eval.evaluator import SEED_RULE
     from corl_bench.results import read_complete_rows
 
@@ -107,6 +108,8 @@ def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: s
     if engine == "ours":
         entry["seed_rule"] = SEED_RULE
         entry.update({k: v for k, v in (("seed", seed), ("chunk", chunk)) if v is not None})
+    if judge:
+        entry["judge"] = judge
     old = manifest.get(spec.name)
     preds = agent_dir / (spec.name + ".jsonl")
     if old is not None and read_complete_rows(preds)[0]:
@@ -114,7 +117,8 @@ def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: s
             raise ConfigError(f"{preds} was made with sampling-seed rule {old.get('seed_rule', 1)}, this version uses "
                               f"rule {SEED_RULE} (other random numbers); delete those predictions or evaluate into "
                               "another directory (--out)")
-        changed = sorted(k for k in entry if k != "model" and old.get(k) != entry[k])
+        changed = sorted({k for k in entry if k != "model" and old.get(k) != entry[k]} |
+                         ({"judge"} if old.get("judge") != entry.get("judge") else set()))
         if changed:
             was = ", ".join(f"{k}={old.get(k)!r}" for k in changed if k in ("seed", "chunk"))
             raise ConfigError(f"{preds} was made with a different {', '.join(changed)}{f' ({was})' if was else ''}; "
@@ -128,8 +132,18 @@ def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: s
 def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = None, phase: str = "final",
              out: Path | None = None, seed: int = 0, max_problems: int | None = None,
              overrides: dict[str, Any] | None = None, engine: str = "ours", code_timeout: float = 10.0,
-             workers: int = 2, chunk: int = 32, report: Callable[[str], None] = log.info) -> dict[str, dict[str, Any]]:
-    """Evaluate every target model on every benchmark; returns agent -> benchmark -> scores (as dicts)."""
+             workers: int = 2, chunk: int = 32, report: Callable[[str], None] = log.info, judge: str | None = None,
+             extractor: str | None = None) -> dict[str, dict[str, Any]]:
+    """Evaluate every target model on every benchmark; returns agent -> benchmark -> scores (as dicts).
+
+    ``judge``: a causal LM (folder or cached hub id) that re-checks the answers the rules marked wrong
+    (:mod:`corl_bench.eval.judge`; off by default; checked before anything is loaded). ``extractor``: another
+    extractor for the image benchmarks (``answer_tag``: the paper's training format), recorded in the manifest and in
+    every row. Image benchmarks generate with the ``hf`` engine (the one with image input); a spec with ``we-math``
+    in its metrics also reports the We-Math four-dimensional metrics (:mod:`corl_bench.eval.wemath`)."""
+    import dataclasses
+
+    from corl_bench.eval.scoring import EXTRACTORS
     from corl_bench.eval.data import load_rows
     from corl_bench.eval.evaluator import evaluate, with_overrides
     from corl_bench.eval.items import build_items
@@ -141,10 +155,31 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     if engine not in ("ours", "lm-eval"):
         raise ConfigError(f"--engine must be ours or lm-eval (got {engine!r})")
     specs = [get_spec(b) for b in benchmarks]
-    micro = [s.name for s in specs if s.profile == "micro"]
+    micro = [s.name for s in specs if s.profile]
     if micro:
         raise ConfigError(f"{', '.join(micro)}: micro suites are evaluated by `corl-bench run`; pick data benchmarks "
                           "(corl-bench ls benchmarks)")
+    if extractor is not None:
+        if extractor not in EXTRACTORS or extractor == "code":
+            raise ConfigError(f"--extractor {extractor!r} is unknown; valid: "
+                              f"{', '.join(e for e in EXTRACTORS if e != 'code')}")
+        text = [s.name for s in specs if s.modality != "image"]
+        if text:
+            raise ConfigError(f"--extractor applies to image benchmarks only (their rows record it); evaluate "
+                              f"{', '.join(text)} in a separate call, with their spec's extractor")
+        specs = [dataclasses.replace(s, extractor=extractor) for s in specs]
+    images = [s.name for s in specs if s.modality == "image"]
+    if images and engine == "lm-eval":
+        raise ConfigError(f"{', '.join(images)}: the lm-eval bridge renders text prompts only; evaluate image "
+                          "benchmarks with --engine ours (or the VLMEvalKit bridge)")
+    judge_model = None
+    if judge:
+        from corl_bench.eval.judge import Judge
+
+        code = [s.name for s in specs if s.task == "code"]
+        if code:
+            raise ConfigError(f"--judge: {', '.join(code)} are graded by their tests; drop them or the judge")
+        judge_model = Judge(judge)  # an absent judge model fails here, before any data or model is loaded
     data = {}
     for spec in specs:  # load (and validate) all data before any model is loaded or anything is written
         items = build_items(spec, load_rows(spec, data_dir))
@@ -155,10 +190,14 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
         if run_target(target) is None:
             _write_base_run(agent_dir.parent.parent.parent, name, ref, seed)
         model, tok = load_model(ref)
-        generate = make_engine("fast", model, tok).generate if engine == "ours" else None
+        engines: dict[str, Any] = {}
         for spec in specs:
             dec = with_overrides(spec.decoding, **(overrides or {}))
-            check_manifest(agent_dir, spec, dec, ref, engine, seed=seed, chunk=chunk)
+            check_manifest(agent_dir, spec, dec, ref, engine, seed=seed, chunk=chunk, judge=judge)
+            backend = "hf" if spec.modality == "image" else "fast"
+            if engine == "ours" and backend not in engines:
+                engines[backend] = make_engine(backend, model, tok)
+            generate = engines[backend].generate if engine == "ours" else None
             items = data[spec.name]
             path = agent_dir / f"{spec.name}.jsonl"
             if engine == "lm-eval":
@@ -166,9 +205,15 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
                 scores = evaluate_with_lm_eval(model, tok, spec, items, out_path=path, decoding=dec, seed=seed)
             else:
                 scores = evaluate(generate, spec, items, out_path=path, seed=seed, decoding=dec, chunk=chunk,
-                                  tokenizer=tok, code_timeout=code_timeout, workers=workers)
+                                  tokenizer=tok, code_timeout=code_timeout, workers=workers, judge=judge_model)
             lo, hi = avg_ci(path, spec, {it.id for it in items})
             results.setdefault(name, {})[spec.name] = {**scores.__dict__, "avg_k_ci95": [lo, hi]}
+            if "we-math" in spec.metrics:
+                from corl_bench.eval.wemath import describe, metrics_from_file
+
+                four_d = metrics_from_file(path, spec, {it.id for it in items})
+                results[name][spec.name]["we_math"] = four_d
+                report(f"{name} {spec.key}: {describe(four_d)}")
             report(f"{name} {spec.key}: n={scores.n_problems} k={scores.k} avg@k={_pct(scores.avg_k)} "
                    f"[95% CI {_pct(lo)}-{_pct(hi)}] "
                    f"greedy={_pct(scores.greedy)} maj@k={_pct(scores.maj_k)} pass@k={_pct(scores.pass_k)} "

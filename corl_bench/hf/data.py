@@ -8,12 +8,25 @@
     dapo-math       DAPO-Math-17k, deduplicated English part (14,116)   local ``dapo_math/train.jsonl``
     gsm8k-train     GSM8K train (7,473)                   local ``gsm8k/train.jsonl``
     arith-1digit    "What is 7 x 3?" with single-digit operands (5,000, generated in code: no file; not a paper set)
+    multimodal-open-r1-8k-verified   the paper's VLM set "open-r1" (image + problem; the answer is the <answer> tag
+                    of ``solution``)             local ``multimodal_open_r1/train.jsonl``; hub
+                    ``lmms-lab/multimodal-open-r1-8k-verified``
+    mmr1            the paper's VLM set "MMR1" (5,782)   local ``mmr1/train.jsonl``; hub ``MMR1/MMR1-Math-RL-Data-v0``
+    geometry3k      Geometry3K train (2,101)             local ``geometry3k/train.jsonl``; hub ``hiyouga/geometry3k``
     <file>.jsonl    any JSONL file with ``problem`` (or ``prompt``/``question``), ``answer`` and optionally ``id``
     hub:owner/name[:split]   a hub dataset (``datasets.load_dataset``; default split train), columns as for JSONL
 
 Local copies are looked up in ``data.data_dir``, then ``$CORL_BENCH_DATA`` (the same directories as benchmark data,
 :func:`corl_bench.eval.data.data_dirs`), then the hub (only when ``datasets`` is installed and the hub or its cache
 has the data). Nothing is read until the run needs it; every failure is one line naming the fix.
+
+Multimodal sets (and any JSONL whose rows name images) carry their images on the problem (``TrainProblem.images``):
+a local copy uses the shared schema (``id``, ``problem``, ``answer``, ``image`` — a path relative to the JSONL's folder,
+or ``images``, a list — and ``choices``), resolved to absolute paths when read (a missing file is one line); hub rows
+keep their embedded images as PIL images. The hf profile's ``render`` attaches them to the request. ``<image>``
+placeholders in a problem's text (the EasyR1 layout of MMR1 and Geometry3K) are removed: the model's processor places
+the images. A multiple-choice row (``choices`` given, ``answer`` an option letter) gets its options appended as
+``(A) text`` lines.
 
 The stream (:meth:`TrainingSet.epochs`) walks the set in epochs, each in the order ``random.Random(f"{seed}:{epoch}")``
 shuffles it into, so a resumed run replays exactly the same problems (the trainer's resume contract). Before the
@@ -57,6 +70,10 @@ class NamedSet:
     answer_from_solution: bool = False
     """hub rows: the answer is the last ``\\boxed{}`` of ``solution``"""
     description: str = ""
+    images_field: str | None = None
+    """hub rows: the column holding the image (or list of images) of a multimodal set"""
+    answer_from_answer_tag: bool = False
+    """hub rows: the answer is the content of the last ``<answer>`` tag of ``solution`` (multimodal open-r1)"""
 
 
 NAMED = {
@@ -72,7 +89,17 @@ NAMED = {
     "gsm8k-train": NamedSet("gsm8k-train", "gsm8k/train.jsonl", {"path": "openai/gsm8k", "name": "main",
                                                                   "split": "train"},
                             {"question": "problem"}, answer_after="####", description="GSM8K train"),
+    "multimodal-open-r1-8k-verified": NamedSet(
+        "multimodal-open-r1-8k-verified", "multimodal_open_r1/train.jsonl",
+        {"path": "lmms-lab/multimodal-open-r1-8k-verified", "split": "train"}, images_field="image",
+        answer_from_answer_tag=True, description="multimodal open-r1 8k verified (the paper's VLM set open-r1)"),
+    "mmr1": NamedSet("mmr1", "mmr1/train.jsonl", {"path": "MMR1/MMR1-Math-RL-Data-v0", "split": "train"},
+                     images_field="images", description="MMR1-Math-RL-Data-v0 (the paper's VLM set MMR1)"),
+    "geometry3k": NamedSet("geometry3k", "geometry3k/train.jsonl", {"path": "hiyouga/geometry3k", "split": "train"},
+                           images_field="images", description="Geometry3K train (multimodal, geometry)"),
 }
+IMAGES = "_images"
+"""Row key of a multimodal training row's resolved images (absolute paths, or PIL images from the hub)."""
 
 
 def arith_1digit(n: int = 5000, seed: int = 0) -> list[dict[str, Any]]:
@@ -165,7 +192,7 @@ def check_source(spec: str, data_dir: str | Path | None = None) -> Source:
         raise ConfigError(f"data.train: {source.path} not found (looked in the working directory and {searched}); "
                           "pass an existing .jsonl file")
     if not _datasets_installed():
-        local = f"DIR/{source.named.local}" if source.named else "a local .jsonl copy"
+        local = _local_hint(source)
         raise ConfigError(f"data.train={source.name}: no local copy ({searched}) and the `datasets` package is not "
                           f"installed; set data.data_dir=DIR (or $CORL_BENCH_DATA) with {local}, or pip install "
                           "datasets")
@@ -179,9 +206,19 @@ def boxed_answer(solution: str) -> str:
     return extract_boxed(solution or "") or ""
 
 
+def _local_hint(source: Source) -> str:
+    """Where a local copy of ``source`` goes, for the error messages."""
+    if source.named is None:
+        return "a local .jsonl copy (data.train=FILE.jsonl)"
+    if source.named.images_field:
+        return (f"DIR/{source.named.local} and its images (rows: id, problem, answer, image = a path relative to "
+                "that folder, choices)")
+    return f"DIR/{source.named.local}"
+
+
 def _hub_rows(source: Source) -> list[dict[str, Any]]:
     args = dict(source.named.hub if source.named else source.hub or {})
-    local = f"DIR/{source.named.local}" if source.named else "a local .jsonl copy (data.train=FILE.jsonl)"
+    local = _local_hint(source)
     if not _datasets_installed():
         raise ConfigError(f"data.train={source.name}: no local copy found and the `datasets` package is not "
                           f"installed; set data.data_dir=DIR (or $CORL_BENCH_DATA) with {local}, or pip install "
@@ -206,7 +243,34 @@ def _hub_rows(source: Source) -> list[dict[str, Any]]:
                 row["answer"].rsplit(named.answer_after, 1)[1].strip().replace(",", "")
         if named and named.answer_from_solution and not row.get("answer"):
             row["answer"] = boxed_answer(str(row.get("solution") or ""))
+        if named and named.answer_from_answer_tag and not row.get("answer"):
+            from corl_bench.eval.scoring import answer_tag_content
+
+            row["answer"] = answer_tag_content(str(row.get("solution") or "")) or ""
+        if named and named.images_field:
+            found = row.pop(named.images_field, None)
+            row[IMAGES] = [im for im in (found if isinstance(found, (list, tuple)) else [found]) if im is not None]
         rows.append(row)
+    return rows
+
+
+def _local_images(rows: list[dict[str, Any]], path: Path, name: str) -> list[dict[str, Any]]:
+    """Resolve the ``image`` / ``images`` paths of local rows against the JSONL's folder (rows without any are
+    left as they are); one-line ConfigError when a file is missing."""
+    missing, total = [], 0
+    for row in rows:
+        refs = row.get("images") if row.get("images") is not None else row.get("image")
+        if refs in (None, "", []):
+            continue
+        refs = list(refs) if isinstance(refs, (list, tuple)) else [refs]
+        files = [path.parent / str(r) for r in refs]
+        total += len(files)
+        missing += [f for f in files if not f.is_file()]
+        row[IMAGES] = [str(f.resolve()) for f in files]
+    if missing:
+        raise ConfigError(f"data.train={name}: {len(missing)} of {total} images are missing (e.g. {missing[0]}); put "
+                          f"them beside {path} as the rows' image field names them (paths relative to "
+                          f"{path.parent})")
     return rows
 
 
@@ -218,7 +282,7 @@ def read_rows(source: Source, data_dir: str | Path | None = None) -> tuple[list[
     if path is not None:
         from corl_bench.eval.data import read_jsonl
 
-        return read_jsonl(path), str(path)
+        return _local_images(read_jsonl(path), path, source.name), str(path)
     if source.kind == "jsonl":
         check_source(source.name, data_dir)  # raises the not-found message
     return _hub_rows(source), f"hub {(source.named.hub if source.named else source.hub or {}).get('path')}"
@@ -239,6 +303,8 @@ class TrainProblem:
     answer: str
     source: str = ""
     rephraser: Any = field(default=None, compare=False, repr=False)
+    images: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    """the problem's images (absolute paths, or PIL images from the hub), in order; empty for text problems"""
 
     def text(self, view: str = "original") -> str:
         if view == "original":
@@ -248,6 +314,9 @@ class TrainProblem:
                 raise RuntimeError(f"problem {self.id}: no rephraser is set up for the rephrased view")
             return self.rephraser.rephrase(self)
         raise ValueError(f"unknown view {view!r}; valid: original, rephrased")
+
+
+_IMAGE_TAG = re.compile(r"<image>[ \t]*")
 
 
 def _problem_text(row: Mapping[str, Any]) -> Any:
@@ -272,7 +341,15 @@ def build_problems(rows: Iterable[Mapping[str, Any]], name: str) -> list[TrainPr
         answer = row.get("answer")
         if answer in (None, ""):
             unlabeled += 1
-        out.append(TrainProblem(rid, text, "" if answer is None else str(answer), name))
+        images = tuple(row.get(IMAGES) or ())
+        if images:
+            text = _IMAGE_TAG.sub("", text).strip()
+            choices = row.get("choices")
+            if choices and isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip().isupper():
+                from corl_bench.eval.items import options_text
+
+                text += "\nChoices:\n" + options_text(list(choices), skip_empty=True)
+        out.append(TrainProblem(rid, text, "" if answer is None else str(answer), name, images=images))
     if not out:
         raise ConfigError(f"data.train={name}: the training set is empty")
     if unlabeled:

@@ -94,9 +94,10 @@ class HFProfile:
     @classmethod
     def check_benchmark(cls, name: str, spec: Mapping[str, Any]) -> None:
         """Any text benchmark spec (math, multiple choice, code); the micro suites belong to the micro profile."""
-        if spec.get("profile") == "micro":
-            raise ConfigError(f"eval.benchmarks: {name!r} is a micro-profile suite; the hf profile evaluates the "
-                              "benchmark specs with data (set e.g. eval.benchmarks=[gsm8k] or [gsm8k,math500])")
+        if spec.get("profile"):
+            raise ConfigError(f"eval.benchmarks: {name!r} is a {spec['profile']}-profile suite; the hf profile "
+                              "evaluates the benchmark specs with data (set e.g. eval.benchmarks=[gsm8k] or "
+                              "[gsm8k,math500])")
 
     @classmethod
     def dev_benchmark(cls) -> str | None:
@@ -231,14 +232,17 @@ class HFProfile:
     def render(self, problem: Any, view: str, model: str | None = None, prompt: str = "") -> Request:
         """``problem`` in ``view`` as the agent is asked (``prompt``): ``paper`` (default) = the paper's user turn,
         ``bare`` = the problem alone, both in ``model``'s chat template when it has one; ``fewshot`` = worked
-        examples then ``Question: ... Answer:`` as plain text (generation stops at the next "Question:")."""
+        examples then ``Question: ... Answer:`` as plain text (generation stops at the next "Question:"). A problem
+        with images (a multimodal training set) carries them on the request, in order; the text holds no image token
+        (the model's processor places the images). Text problems give exactly the request they always did."""
         from corl_bench.hf.data import INSTRUCTION
 
         question = problem.text(view)
+        images = tuple(getattr(problem, "images", ()) or ())
         if prompt == "fewshot":
-            return Request(text=fewshot_prompt(question))
+            return Request(text=fewshot_prompt(question), images=images)
         text = question if prompt == "bare" else f"{question}\n {INSTRUCTION}"
-        return Request(text=chat_prompt(self.tokenizer(model) if model else None, text))
+        return Request(text=chat_prompt(self.tokenizer(model) if model else None, text), images=images)
 
     @staticmethod
     def stop_strings(prompt: str) -> tuple[str, ...]:
