@@ -134,6 +134,12 @@ class NoOptions:
     """Options of a method without options."""
 
 
+def mirrored_cohort(cohort: str) -> str:
+    """The text cohort a vision-language cohort mirrors (``visual-cross-family`` -> ``cross-family``): it gets that
+    cohort's row label and place, so Co-RL's VLM rows read as the paper's ("Co-RL (cross-family)")."""
+    return cohort.removeprefix("visual-")
+
+
 class Method:
     """Base class. Subclasses set the class attributes and implement :meth:`rewards`."""
 
@@ -177,7 +183,7 @@ class Method:
         label = cls.label or cls.name
         if not cls.cohort_labels:
             return label
-        return f"{label} ({cls.cohort_labels.get(cohort, cohort)})"
+        return f"{label} ({cls.cohort_labels.get(cohort, cls.cohort_labels.get(mirrored_cohort(cohort), cohort))})"
 
     # ---------------------------------------------------------------- construction
     @classmethod

@@ -333,7 +333,8 @@ def _load_builtin_benchmarks(reg: Registry[dict[str, Any]]) -> None:
 
 def _load_micro_families(reg: Registry[Any]) -> None:
     families = load_object("corl_bench.micro.families:BUILTIN_FAMILIES")  # pure Python, no torch
-    for name, fam in families.items():
+    visual = load_object("corl_bench.micro.vl_families:VISUAL_FAMILIES")  # the micro visual world's VLMs
+    for name, fam in {**families, **visual}.items():
         reg.register(name, fam)
 
 
@@ -349,6 +350,7 @@ ENGINES.register_lazy("vllm", "corl_bench.rollout.vllm:VLLMEngine")  # vLLM itse
 PROFILES: Registry[Any] = Registry("profile", entry_point_group="corl_bench.profiles")
 PROFILES.register_lazy("micro", "corl_bench.micro.profile:MicroProfile")
 PROFILES.register_lazy("hf", "corl_bench.hf.profile:HFProfile")
+PROFILES.register_lazy("micro-visual", "corl_bench.micro.vl_profile:MicroVisualProfile")
 COHORTS: Registry[CohortConfig] = Registry("cohort", loaders=(_load_builtin_cohorts,))
 BENCHMARKS: Registry[dict[str, Any]] = Registry("benchmark", loaders=(_load_builtin_benchmarks,))
 FAMILIES: Registry[Any] = Registry("model family", loaders=(_load_micro_families,))

@@ -348,12 +348,20 @@ def load_folder(path: Path, *, device: str | None = None, dtype: str | None = No
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path} is not a model folder (no config.json); pass a save_pretrained folder, a run "
                           f"directory, a micro family or one of: {', '.join(ENTRIES)}")
+    from corl_bench.rollout.images import CODEC_FILE, VisionCodec, attach
+
     tok = load_tokenizer(path, trust_remote_code)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code} if trust_remote_code else {}
     where = resolve_device(device) if device else None
     if dtype is not None:
         kwargs["dtype"] = resolve_dtype(dtype, where or "cpu")
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if (path / CODEC_FILE).is_file():  # a vision-language checkpoint written by corl-bench (micro-visual, a run)
+        from transformers import AutoModelForImageTextToText
+
+        attach(tok, VisionCodec.from_pretrained(path, tok))
+        model = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if where is not None and where != "cpu":
         model = model.to(where)
     return _finish(model, tok)
@@ -381,6 +389,12 @@ def load_model(ref: str, cache_root: Path | None = None, *, device: str | None =
 
     root = cache_root or default_cache_root()
     if check_ref(ref, families=True) == "family":
+        from corl_bench.micro.vl_families import is_visual
+        from corl_bench.registries import FAMILIES
+
+        if is_visual(FAMILIES.get(ref)):
+            from corl_bench.micro.vl_profile import MicroVisualProfile
+            return MicroVisualProfile().load(ref)
         from corl_bench.micro.profile import MicroProfile
         return MicroProfile().load(ref)
     return load_folder(model_folder(ref, root), device=device, dtype=dtype, trust_remote_code=trust_remote_code)

@@ -23,12 +23,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import torch
 
-    from corl_bench.micro.families import Family
-    from corl_bench.micro.warmstart import save_checkpoint, warm_start
-
     data = json.loads(sys.stdin.read())
-    data["model_kwargs"] = tuple(tuple(kv) for kv in data["model_kwargs"])
-    family = Family(**data)
+    if data.get("kind") == "visual":  # a vision-language family of the micro visual world
+        from corl_bench.micro.vl_families import VisualFamily
+        from corl_bench.micro.vl_warmstart import save_checkpoint, warm_start
+
+        for key in ("text_kwargs", "vision_kwargs"):
+            data[key] = tuple(tuple(kv) for kv in data[key])
+        family = VisualFamily(**data)
+    else:
+        from corl_bench.micro.families import Family
+        from corl_bench.micro.warmstart import save_checkpoint, warm_start
+
+        data["model_kwargs"] = tuple(tuple(kv) for kv in data["model_kwargs"])
+        family = Family(**data)
     torch.set_num_threads(1)
 
     def report(step: int, total: int, _model: object) -> None:

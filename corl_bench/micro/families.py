@@ -88,8 +88,9 @@ def flawed_solution(family: Family, problem: Problem, rng: random.Random) -> str
 
 
 # --------------------------------------------------------------------------------------------- tokenizers
-def build_tokenizer(kind: str, corpus: list[str], vocab_size: int = 800):
-    """Train a tokenizer of ``kind`` on ``corpus`` and wrap it as a left-padding ``PreTrainedTokenizerFast``."""
+def build_tokenizer(kind: str, corpus: list[str], vocab_size: int = 800, extra_special: tuple[str, ...] = ()):
+    """Train a tokenizer of ``kind`` on ``corpus`` and wrap it as a left-padding ``PreTrainedTokenizerFast``;
+    ``extra_special``: more special tokens (a vision-language family's image tokens), after the four of every family."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -98,7 +99,7 @@ def build_tokenizer(kind: str, corpus: list[str], vocab_size: int = 800):
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS) + list(extra_special),
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
         tok.train_from_iterator(corpus, trainer)
     elif kind in ("word", "char"):
@@ -109,7 +110,7 @@ def build_tokenizer(kind: str, corpus: list[str], vocab_size: int = 800):
         else:
             pre = pre_tokenizers.Split(Regex("."), behavior="isolated")
             dec = decoders.Fuse()
-        vocab: dict[str, int] = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+        vocab: dict[str, int] = {t: i for i, t in enumerate(SPECIAL_TOKENS + tuple(extra_special))}
         for text in corpus:
             for piece, _ in pre.pre_tokenize_str(text):
                 vocab.setdefault(piece, len(vocab))
@@ -123,8 +124,9 @@ def build_tokenizer(kind: str, corpus: list[str], vocab_size: int = 800):
     bos_id = tok.token_to_id("<bos>")
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A $B",
                                                        special_tokens=[("<bos>", bos_id)])
+    extra = {"additional_special_tokens": list(extra_special)} if extra_special else {}
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
-                                   unk_token="<unk>", padding_side="left")
+                                   unk_token="<unk>", padding_side="left", **extra)
 
 
 def build_model(family: Family, tokenizer) -> Any:

@@ -116,9 +116,13 @@ class MicroProfile:
         from corl_bench.registries import FAMILIES, RegistryError
 
         try:
-            FAMILIES.get(agent.family)
+            fam = FAMILIES.get(agent.family)
         except RegistryError as e:
             raise ConfigError(f"cohort agent {agent.name!r} family: {e}") from None
+        if getattr(fam, "kind", "") == "visual":
+            raise ConfigError(f"cohort agent {agent.name!r}: {agent.family!r} is a vision-language family; run it "
+                              "with model.profile=micro-visual (cohorts visual-single, visual-same-family, "
+                              "visual-cross-family)")
         if getattr(agent, "prompt", ""):
             raise ConfigError(f"cohort agent {agent.name!r}: prompt {agent.prompt!r} is an hf-profile option (the "
                               "micro profile has one format); leave prompt out")

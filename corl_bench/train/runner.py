@@ -83,6 +83,9 @@ def resolve(cfg: Config) -> Plan:
     cfg = cfg.replace(cohort=cohort)
     if profile_name != cfg.model.profile:
         cfg = cfg.replace(model=dataclasses.replace(cfg.model, profile=profile_name))
+    defaults = getattr(profile_cls, "default_benchmarks", None)  # optional hook: the profile's own test suites
+    if defaults is not None and cfg.eval.benchmarks == type(cfg.eval)().benchmarks:
+        cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=tuple(defaults())))
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
     method_cls.check_cohort(cohort.agents, cohort.name)

@@ -1,0 +1,84 @@
+"""Every label-free method (and GT-Reward) trains vision-language agents through the unchanged core: one short run
+per method on tiny warm-started VLMs of both micro visual families, through ``corl-bench``'s own runner (profile
+``micro-visual``), checking that each agent was rewarded, updated and evaluated on the visual suite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from corl_bench.config import load_config
+from corl_bench.registries import FAMILIES
+from tests.test_vlm_on_cpu import tiny_visual_family
+
+pytestmark = pytest.mark.slow
+STEPS = 2
+COHORTS = {
+    "ring3": "[{name: a0, family: vtest-qwen2vl-micro}, {name: a1, family: vtest-llava-micro, seed_offset: 1}, "
+             "{name: a2, family: vtest-qwen2vl-micro, seed_offset: 2}]",
+    "pair": "[{name: a0, family: vtest-qwen2vl-micro}, {name: a1, family: vtest-llava-micro, seed_offset: 1}]",
+    "one": "[{name: a0, family: vtest-llava-micro}]",
+}
+CASES = [("corl", "ring3", []), ("corl", "ring3", ["method.options={supervision: peer-majority}"]),
+         ("ttrl", "one", []), ("gt-reward", "one", []), ("rent", "one", []), ("intuitor", "one", []),
+         ("co-rewarding-ii", "one", []), ("mm-upt", "pair", [])]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    for name in ("qwen2vl-micro", "llava-micro"):
+        fam = tiny_visual_family(name, warmstart_steps=4, warmstart_batch=8, warmstart_min_steps=100)
+        if fam.name not in FAMILIES:
+            FAMILIES.register(fam.name, fam)
+    return tmp_path_factory.mktemp("vlm-cache")
+
+
+def _run(cache, tmp_path, method, cohort, extra):
+    from corl_bench.train.runner import run
+
+    cfg = load_config(None, [
+        f"method.name={method}", "model.profile=micro-visual", f"cohort.name=vtest-{cohort}",
+        f"cohort.agents={COHORTS[cohort]}", f"run.steps={STEPS}", f"run.output_dir={tmp_path / 'runs'}",
+        f"model.cache_dir={cache}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=3",
+        "rollout.max_new_tokens=12", "eval.max_problems=4", "eval.samples=1", "eval.max_new_tokens=12",
+        "grpo.lr=1e-3", *extra])
+    return cfg, run(cfg)
+
+
+@pytest.mark.parametrize("method,cohort,extra", CASES, ids=[f"{m}-{c}{'-pm' if e else ''}" for m, c, e in CASES])
+def test_each_method_trains_and_evaluates_vlm_agents_on_cpu(cache, tmp_path, method, cohort, extra):
+    cfg, run_dir = _run(cache, tmp_path, method, cohort, extra)
+    agents = [a.name for a in cfg.cohort.agents]
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "finished" and info["profile"] == "micro-visual"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["agent"]) for r in rows] == [(s, a) for s in range(STEPS) for a in agents]
+    assert all(r["policy/grad_norm"] >= 0 and r["len/mean"] > 0 for r in rows)
+    if method != "gt-reward" and method not in ("rent", "intuitor"):
+        assert all("label/accuracy" in r for r in rows)
+    for a in agents:
+        preds = [json.loads(line) for line in
+                 (run_dir / "eval" / "final" / a / "micro-visual-test.jsonl").read_text().splitlines()]
+        assert {p["benchmark"] for p in preds} == {"micro-visual-test"} and len(preds) >= 4
+        assert all(p["problem_id"].startswith("micro-visual-test-") for p in preds)
+    if method == "corl":
+        assert info["teachers"]["a0"] == (["a2"] if not extra else ["a1", "a2"])
+    weights = run_dir / "checkpoints"
+    assert weights.exists()
+
+
+def test_a_visual_run_starts_from_the_cohort_profile_and_its_own_benchmark_on_cpu(cache, tmp_path):
+    from corl_bench.train.runner import resolve
+
+    cfg = load_config(None, ["method.name=corl", "cohort.name=visual-cross-family", f"model.cache_dir={cache}",
+                             f"run.output_dir={tmp_path / 'runs'}"])
+    plan = resolve(cfg)
+    assert plan.config.model.profile == "micro-visual" and plan.config.eval.benchmarks == ("micro-visual-test",)
+    text = load_config(None, ["method.name=corl", "cohort.agents=[{name: a0, family: qwen2vl-micro}, "
+                              "{name: a1, family: qwen2-bpe, seed_offset: 1}]", "model.profile=micro-visual"])
+    with pytest.raises(Exception, match="text family"):
+        resolve(text)
+    mixed = load_config(None, ["method.name=ttrl", "cohort.agents=[{name: a0, family: llava-micro}]"])
+    with pytest.raises(Exception, match="model.profile=micro-visual"):
+        resolve(mixed)
