@@ -82,3 +82,15 @@ def test_a_visual_run_starts_from_the_cohort_profile_and_its_own_benchmark_on_cp
     mixed = load_config(None, ["method.name=ttrl", "cohort.agents=[{name: a0, family: llava-micro}]"])
     with pytest.raises(Exception, match="model.profile=micro-visual"):
         resolve(mixed)
+
+
+def test_vlm_agents_as_ray_actors_match_the_local_run_on_cpu(cache, tmp_path):
+    """Requests with images cross the actor boundary: at one torch thread, Ray and local runs are bit-identical."""
+    pytest.importorskip("ray")
+    out = {}
+    for backend in ("local", "ray"):
+        cfg, run_dir = _run(cache, tmp_path / backend, "corl", "pair", ["model.threads=1", f"run.backend={backend}"])
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        preds = (run_dir / "eval" / "final" / "a1" / "micro-visual-test.jsonl").read_text()
+        out[backend] = ([{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows], preds)
+    assert out["local"] == out["ray"]
