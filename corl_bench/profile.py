@@ -20,6 +20,10 @@ Optional hooks (a profile without them behaves as before; the runner looks them 
 * ``dev_benchmark(cls) -> str | None`` (classmethod): the registered benchmark that is this profile's labelled dev
   split, disjoint from every test set (``micro-dev`` for micro); ``eval.select=dev`` and ``label-free`` decide on
   it (:mod:`corl_bench.train.select`). Without the hook, or when it returns None, validation refuses those rules.
+* ``default_benchmarks(cls) -> tuple[str, ...]`` (classmethod): what a run evaluates when ``eval.benchmarks`` is left
+  at its default (``micro-visual`` evaluates ``micro-visual-test``, not the text ``micro-test``).
+* ``images`` (class attribute, default False): the profile's requests carry images, so ``validate`` refuses a rollout
+  engine without an image path (``supports_images``).
 
 :func:`load_for` and :func:`render_for` call ``load`` and ``render`` with the agent's device and model where the
 profile accepts them, and without where it predates them.

@@ -50,6 +50,8 @@ class MicroVisualProfile(MicroProfile):
     """Tiny VLMs of different families and procedurally drawn scenes; implements :class:`corl_bench.profile.Profile`."""
 
     name = PROFILE
+    images = True
+    """its requests carry images: ``validate`` refuses a rollout engine without an image path"""
 
     def checkpoint_dir(self, family: str) -> Path:
         fam = self.family(family)

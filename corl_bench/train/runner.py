@@ -110,6 +110,9 @@ def resolve(cfg: Config) -> Plan:
     if hasattr(engine_cls, "check_available"):  # optional hook: an engine whose backend is not installed (vllm)
         engine_cls.check_available()
     _check_engine_options(engine_cls, cfg.rollout.backend, cfg.rollout.engine_options)
+    if getattr(profile_cls, "images", False) and not getattr(engine_cls, "supports_images", False):
+        raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and the {profile_name} profile's "
+                          "prompts carry images; set rollout.backend=hf")
     if cfg.run.backend == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'; or set "
                           "run.backend=local")
