@@ -3,6 +3,7 @@
 
     python scripts/kill_test.py                       # 20 trials, corl x cross-family, 6 steps
     python scripts/kill_test.py --trials 5 --json out.json --keep /tmp/kills
+    python scripts/kill_test.py --trials 4 --cohort visual-cross-family   # the micro visual world's VLM agents
 
 One uninterrupted reference run is made first and timed. Each trial starts the same run, kills it (SIGKILL, the
 whole process group) at a uniformly random moment of the reference duration — so kills land in warm start, the
@@ -28,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIG = ["--method", "corl", "--cohort", "cross-family", "--steps", "6", "--set", "run.checkpoint_every=1",
+CONFIG = ["--method", "corl", "--steps", "6", "--set", "run.checkpoint_every=1",
           "--set", "rollout.prompts_per_step=4", "--set", "rollout.samples_per_prompt=4",
           "--set", "eval.max_problems=40", "--set", "run.log_samples_every=1"]
 
@@ -71,7 +72,9 @@ def main() -> int:
     ap.add_argument("--rekill", type=float, default=0.25, help="chance to kill a resumed run again")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
+    ap.add_argument("--cohort", default="cross-family", help="the Co-RL cohort (visual-cross-family: the VLM agents)")
     args = ap.parse_args()
+    CONFIG[2:2] = ["--cohort", args.cohort]
 
     from corl_bench.results import RunDir
     from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
