@@ -178,3 +178,16 @@ def test_rollout_extractor_answer_tag_reads_the_paper_vlm_format_for_every_metho
     assert tagged.answers == [["3", None]]  # no <answer> tag: no answer, no fallback
     with pytest.raises(ConfigError, match="rollout.extractor=qwen"):
         RolloutConfig(extractor="code")
+
+
+def test_the_probe_asks_micro_visual_items_with_their_scene_on_cpu():
+    from corl_bench.eval.evaluator import request_for
+    from corl_bench.eval.specs import get_spec
+    from corl_bench.report.probe import probe_items
+
+    spec = get_spec("micro-visual-test")
+    items = probe_items(spec)
+    assert len(items) == 300 and spec.modality == "image"
+    req = request_for(spec, items[0])
+    assert isinstance(req, Request) and len(req.images) == 1 and req.images[0].size == (32, 32)
+    assert req.text == items[0].problem.text("original") + "\n"

@@ -254,6 +254,11 @@ def probe_items(spec: BenchmarkSpec, data_dir: str | None = None) -> list[Any]:
         from corl_bench.micro.tasks import test_suite
 
         return [Item(p.id, p.text("original"), p.answer) for p in test_suite(str(spec.source.suite))]
+    if spec.profile == "micro-visual":  # items that ask with their drawn scene
+        from corl_bench.micro.visual import visual_suite
+        from corl_bench.micro.vl_profile import VisualItem
+
+        return [VisualItem(p.id, p, p.answer) for p in visual_suite(str(spec.source.suite))]
     from corl_bench.eval.data import load_rows
 
     return build_items(spec, load_rows(spec, data_dir))
@@ -333,7 +338,7 @@ def probe_generate(args: Sequence[str], benchmark: str, *, samples: int = 1, tem
             report(f"{m.label}: generating {todo} completions ({m.ref}, seed {m.seed})")
             model, tok = load_model(m.ref)
             evaluate_spec(model, tok, spec, items, out_path=path, seed=m.seed, decoding=dec, chunk=chunk,
-                          workers=workers)
+                          workers=workers, backend="hf" if spec.modality == "image" else "fast")
             del model, tok
         else:
             report(f"{m.label}: all {len(items)} problems already in {path}")
