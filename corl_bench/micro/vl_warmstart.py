@@ -14,12 +14,11 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from corl_bench.micro.vl_families import VisualFamily, build_codec, build_model, layout_tokens
-from corl_bench.micro.warmstart import cosine_factor, render_prompt
+from corl_bench.micro.warmstart import render_prompt, right_padded, supervised_loop
 
 
 def request(problem: Any, view: str = "original") -> Any:
@@ -80,47 +79,22 @@ def warm_start(family: VisualFamily, *, steps: int | None = None,
     attach(tok, codec)
     torch.manual_seed(family.seed)
     model = build_model(family, tok)
-    model.train()
-    eos, pad = tok.eos_token_id, tok.pad_token_id
-    opt = torch.optim.AdamW(model.parameters(), lr=family.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_factor(s, steps))
-    t0, losses, checks, done = time.perf_counter(), [], [], 0
-    for step in range(steps):
+    eos = tok.eos_token_id
+
+    def batch(step: int) -> dict[str, Any]:
         part = data[step * bs: (step + 1) * bs]
         encoded = [codec.prompt(request(p, v)) for p, v, _ in part]
         sols = tok([s for _, _, s in part], add_special_tokens=False)["input_ids"]
-        rows = [(e[0], s + [eos]) for e, s in zip(encoded, sols)]
-        width = max(len(a) + len(b) for a, b in rows)
-        ids = torch.full((bs, width), pad, dtype=torch.long)
-        labels = torch.full((bs, width), -100, dtype=torch.long)
-        att = torch.zeros((bs, width), dtype=torch.long)
-        for r, (a, b) in enumerate(rows):  # right padding for training
-            ids[r, : len(a) + len(b)] = torch.tensor(a + b)
-            labels[r, len(a): len(a) + len(b)] = torch.tensor(b)
-            att[r, : len(a) + len(b)] = 1
-        vision = codec.collate([e[1] for e in encoded], ids)
-        loss = model(input_ids=ids, attention_mask=att, labels=labels, **vision).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        done = step + 1
-        if done >= family.warmstart_min_steps and done % family.warmstart_check_every == 0:
-            checks.append((done, dev_accuracy(model, tok, dev)))
-            model.train()
-            if checks[-1][1] >= family.warmstart_target:
-                break
-        if progress is not None:
-            progress(done, steps, model)
-    if progress is not None:
-        progress(steps, steps, model)
-    model.eval()
+        ids, att, labels = right_padded([(e[0], s + [eos]) for e, s in zip(encoded, sols)], tok.pad_token_id)
+        return {"input_ids": ids, "attention_mask": att, "labels": labels,
+                **codec.collate([e[1] for e in encoded], ids)}
+
+    done, checks, losses, seconds = supervised_loop(family, model, steps, batch, lambda: dev_accuracy(model, tok, dev),
+                                                    progress)
     record = {"family": family.name, "style": family.style, "steps": done, "max_steps": steps,
               "target_dev_greedy": family.warmstart_target, "dev_checks": checks, "batch": bs,
               "lr": family.warmstart_lr, "seed": family.seed, "flaw": family.flaw,
-              "final_loss": sum(losses[-20:]) / max(1, min(20, len(losses))), "seconds": time.perf_counter() - t0,
+              "final_loss": sum(losses[-20:]) / max(1, min(20, len(losses))), "seconds": seconds,
               "n_params": sum(p.numel() for p in model.parameters())}
     return model, tok, record
 

@@ -71,6 +71,58 @@ def _examples(family: Family, n: int, seed: int) -> list[tuple[str, str]]:
     return out
 
 
+def right_padded(rows: list[tuple[list[int], list[int]]], pad: int) -> tuple[Any, Any, Any]:
+    """(prompt ids, target ids) rows -> right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 outside
+    the targets), all (B, L): a supervised batch whose loss covers the targets only."""
+    import torch
+
+    width = max(len(a) + len(b) for a, b in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, (a, b) in enumerate(rows):
+        seq = a + b
+        ids[r, : len(seq)] = torch.tensor(seq)
+        labels[r, len(a): len(seq)] = torch.tensor(b)
+        att[r, : len(seq)] = 1
+    return ids, att, labels
+
+
+def supervised_loop(family: Any, model: Any, steps: int, batch: Callable[[int], dict[str, Any]],
+                    dev_accuracy_now: Callable[[], float], progress: Callable[[int, int, Any], None] | None = None
+                    ) -> tuple[int, list[tuple[int, float]], list[float], float]:
+    """The warm start's optimisation, shared by text and vision-language families: AdamW with warmup and cosine decay
+    over ``steps`` (the cap), ``model(**batch(step)).loss`` per step, gradient clipping at 1, and a greedy dev check
+    (``dev_accuracy_now``) every ``warmstart_check_every`` steps from ``warmstart_min_steps`` on that stops training
+    once it reaches ``warmstart_target``. Returns (steps done, dev checks, losses, seconds)."""
+    import torch
+
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=family.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_factor(s, steps))
+    t0, losses, checks, done = time.perf_counter(), [], [], 0
+    for step in range(steps):
+        loss = model(**batch(step)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        done = step + 1
+        if done >= family.warmstart_min_steps and done % family.warmstart_check_every == 0:
+            checks.append((done, dev_accuracy_now()))
+            model.train()
+            if checks[-1][1] >= family.warmstart_target:
+                break
+        if progress is not None:
+            progress(done, steps, model)
+    if progress is not None:
+        progress(steps, steps, model)
+    model.eval()
+    return done, checks, losses, time.perf_counter() - t0
+
+
 def warm_start(family: Family, *, steps: int | None = None, progress: Callable[[int, int, Any], None] | None = None,
                threads: int = 1) -> tuple[Any, Any, dict]:
     """Build tokenizer and model for ``family`` and train them; returns (model, tokenizer, record)."""
@@ -84,45 +136,20 @@ def warm_start(family: Family, *, steps: int | None = None, progress: Callable[[
     tok = build_tokenizer(family.tokenizer, [p + s for p, s in data[:4000]], vocab_size=family.vocab_size or 800)
     torch.manual_seed(family.seed)
     model = build_model(family, tok)
-    model.train()
     eos = tok.eos_token_id
-    opt = torch.optim.AdamW(model.parameters(), lr=family.warmstart_lr, betas=(0.9, 0.98), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_factor(s, steps))
-    t0, losses, checks = time.perf_counter(), [], []
     enc_p = tok([p for p, _ in data], add_special_tokens=True)["input_ids"]
     enc_s = tok([s for _, s in data], add_special_tokens=False)["input_ids"]
-    for step in range(steps):
-        rows = [(enc_p[i], enc_s[i] + [eos]) for i in range(step * bs, (step + 1) * bs)]
-        width = max(len(a) + len(b) for a, b in rows)
-        ids = torch.full((bs, width), tok.pad_token_id, dtype=torch.long)
-        labels = torch.full((bs, width), -100, dtype=torch.long)
-        att = torch.zeros((bs, width), dtype=torch.long)
-        for r, (a, b) in enumerate(rows):  # right padding for training
-            seq = a + b
-            ids[r, : len(seq)] = torch.tensor(seq)
-            labels[r, len(a): len(seq)] = torch.tensor(b)
-            att[r, : len(seq)] = 1
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())
-        done = step + 1
-        if done >= family.warmstart_min_steps and done % family.warmstart_check_every == 0:
-            checks.append((done, dev_accuracy(model, tok, dev)))
-            model.train()
-            if checks[-1][1] >= family.warmstart_target:
-                break
-        if progress is not None:
-            progress(done, steps, model)
-    if progress is not None:
-        progress(steps, steps, model)
-    model.eval()
+
+    def batch(step: int) -> dict[str, Any]:
+        ids, att, labels = right_padded([(enc_p[i], enc_s[i] + [eos]) for i in range(step * bs, (step + 1) * bs)],
+                                        tok.pad_token_id)
+        return {"input_ids": ids, "attention_mask": att, "labels": labels}
+
+    done, checks, losses, seconds = supervised_loop(family, model, steps, batch, lambda: dev_accuracy(model, tok, dev),
+                                                    progress)
     record = {"family": family.name, "steps": done, "max_steps": steps, "target_dev_greedy": family.warmstart_target,
               "dev_checks": checks, "batch": bs, "lr": family.warmstart_lr, "seed": family.seed,
-              "final_loss": sum(losses[-20:]) / min(20, len(losses)), "seconds": time.perf_counter() - t0,
+              "final_loss": sum(losses[-20:]) / min(20, len(losses)), "seconds": seconds,
               "n_params": sum(p.numel() for p in model.parameters())}
     return model, tok, record
 
