@@ -50,8 +50,9 @@ def default_cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "corl-bench"
 
 
-def fingerprint(family: Family) -> str:
-    blob = json.dumps({"family": dataclasses.asdict(family), "suite": SUITE_VERSION, "cache": CACHE_VERSION},
+def fingerprint(family: Any, suite: str = SUITE_VERSION) -> str:
+    """Hash of a family definition, the version of the suites it is held out from, and the cache layout."""
+    blob = json.dumps({"family": dataclasses.asdict(family), "suite": suite, "cache": CACHE_VERSION},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -91,6 +92,8 @@ class MicroProfile:
     :class:`corl_bench.profile.Profile`."""
 
     name = "micro"
+    images = False
+    """its requests carry images (the micro-visual subclass); a family's kind must match"""
 
     def __init__(self, model_cfg: ModelConfig | None = None) -> None:
         cfg = model_cfg or ModelConfig()
@@ -106,23 +109,31 @@ class MicroProfile:
         except KeyError as e:
             raise ConfigError(str(e)) from None
 
+    def fingerprint(self, family: Any) -> str:
+        return fingerprint(family)
+
     def checkpoint_dir(self, family: str) -> Path:
         fam = self.family(family)
-        return self.cache_root / f"micro-v{CACHE_VERSION}" / f"{fam.name}-{fingerprint(fam)}"
+        return self.cache_root / f"micro-v{CACHE_VERSION}" / f"{fam.name}-{self.fingerprint(fam)}"
 
     @classmethod
     def check_agent(cls, agent: Any) -> None:
-        """The agent's family must be a registered micro family."""
+        """The agent's family must be a registered micro family of this profile's kind (text or vision-language)."""
         from corl_bench.registries import FAMILIES, RegistryError
 
         try:
             fam = FAMILIES.get(agent.family)
         except RegistryError as e:
             raise ConfigError(f"cohort agent {agent.name!r} family: {e}") from None
-        if getattr(fam, "kind", "") == "visual":
+        visual = getattr(fam, "kind", "") == "visual"
+        if visual and not cls.images:
             raise ConfigError(f"cohort agent {agent.name!r}: {agent.family!r} is a vision-language family; run it "
                               "with model.profile=micro-visual (cohorts visual-single, visual-same-family, "
                               "visual-cross-family)")
+        if cls.images and not visual:
+            names = [n for n, f in FAMILIES.items() if getattr(f, "kind", "") == "visual"]
+            raise ConfigError(f"cohort agent {agent.name!r}: {agent.family!r} is a text family; the {cls.name} "
+                              f"profile trains vision-language families ({', '.join(names)})")
         if getattr(agent, "prompt", ""):
             raise ConfigError(f"cohort agent {agent.name!r}: prompt {agent.prompt!r} is an hf-profile option (the "
                               "micro profile has one format); leave prompt out")
@@ -169,12 +180,7 @@ class MicroProfile:
     def load(self, family: str, device: str | None = None) -> tuple[Any, Any]:
         """Load a cached checkpoint (model in eval mode on ``device``, left-padding tokenizer). Micro models are
         fp32 unless model.dtype=bfloat16 (``auto`` keeps fp32); ``device`` auto = a GPU when one is visible."""
-        from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-
-        path = self.ensure_checkpoints([family])[family]
-        tok = PreTrainedTokenizerFast.from_pretrained(path)
-        tok.padding_side = "left"
-        model = AutoModelForCausalLM.from_pretrained(path)
+        model, tok = self.read_checkpoint(self.ensure_checkpoints([family])[family])
         if self.dtype == "bfloat16":
             import torch
 
@@ -187,6 +193,15 @@ class MicroProfile:
                 model = model.to(where)
         model.eval()
         return model, tok
+
+    @staticmethod
+    def read_checkpoint(path: Path) -> tuple[Any, Any]:
+        """(model, left-padding tokenizer) of a checkpoint folder this profile built."""
+        from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+        tok = PreTrainedTokenizerFast.from_pretrained(path)
+        tok.padding_side = "left"
+        return AutoModelForCausalLM.from_pretrained(path), tok
 
     # ------------------------------------------------------------------ data
     def training_problems(self, seed: int) -> Iterator[Problem]:
@@ -209,17 +224,21 @@ class MicroProfile:
         disjoint from micro-test and the training stream; never shown in tables)."""
         return "micro-dev"
 
-    @staticmethod
-    def check_benchmark(name: str, spec: dict[str, Any]) -> None:
+    @classmethod
+    def check_benchmark(cls, name: str, spec: dict[str, Any]) -> None:
         """Raise a one-line ConfigError unless this profile can evaluate benchmark ``name`` (no data is read)."""
-        if spec.get("profile") != "micro":
+        if spec.get("profile") != cls.name:
             from corl_bench.registries import BENCHMARKS
 
-            micro = [b for b, s in BENCHMARKS.items() if s.get("profile") == "micro"]
-            raise ConfigError(f"eval.benchmarks: {name!r} is not a micro benchmark; the micro profile evaluates "
-                              f"{' or '.join(micro)} (set eval.benchmarks=[micro-test])")
+            ours = [b for b, s in BENCHMARKS.items() if s.get("profile") == cls.name]
+            raise ConfigError(f"eval.benchmarks: {name!r} is not a {cls.name} benchmark; the {cls.name} profile "
+                              f"evaluates {' or '.join(ours)} (set eval.benchmarks=[{cls.name}-test])")
 
-    def benchmark(self, name: str) -> list[BenchItem]:
+    def suite_items(self, suite: str) -> list[Any]:
+        """The items of a generated suite."""
+        return [BenchItem(p.id, p, p.answer) for p in test_suite(suite)]
+
+    def benchmark(self, name: str) -> list[Any]:
         from corl_bench.registries import BENCHMARKS
 
         try:
@@ -227,4 +246,4 @@ class MicroProfile:
         except KeyError as e:
             raise ConfigError(str(e)) from None
         self.check_benchmark(name, spec)
-        return [BenchItem(p.id, p, p.answer) for p in test_suite(spec["source"]["suite"])]
+        return self.suite_items(spec["source"]["suite"])
