@@ -164,11 +164,8 @@ def test_evaluate_records_images_choices_and_grades_letter_or_value(tmp_path):
 def test_a_tiny_vlm_answers_image_items_through_the_hf_engine(tmp_path):
     """The real path: request_for's Request(text, images=file paths) through the hf engine of a tiny untrained VLM
     (the micro visual world's qwen2-vl layout); greedy decoding is deterministic, so a re-run equals the first."""
-    try:
-        from tests.test_vlm_on_cpu import build_tiny_vlm
-    except Exception as e:  # noqa: BLE001 - the micro visual world's test helpers
-        pytest.skip(f"the tiny-VLM builder does not import ({type(e).__name__}: {e})")
     from corl_bench.rollout import make_engine
+    from tests.test_vlm_on_cpu import build_tiny_vlm
 
     model, tok = build_tiny_vlm("qwen2vl-micro")
     root = mathvision_dir(tmp_path / "data")

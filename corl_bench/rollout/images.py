@@ -143,9 +143,9 @@ class VisionCodec:
                 raise ValueError(f"a token-id request with {len(images)} image(s) must hold their "
                                  f"{len(self.image_block(vision))} image tokens")
             return ids, vision
-        body = self.tokenizer(request.text, add_special_tokens=False)["input_ids"]
         if not images:
             return list(self.tokenizer(request.text, add_special_tokens=True)["input_ids"]), {}
+        body = self.tokenizer(request.text, add_special_tokens=False)["input_ids"]
         return self._head + self.image_block(vision) + list(body), vision
 
     def collate(self, visions: Sequence[dict[str, Any]], ids: Any) -> dict[str, Any]:
