@@ -58,7 +58,9 @@ class MethodView:
         cohort_labels, or their count)`` and ``Method.row_label(cohort)``."""
         if not self.known:
             return (self.order, 0), f"{self.name} ({cohort})"
-        kind = cohort if cohort in self.cohorts else cohort.removeprefix("visual-")  # a VLM cohort: its text twin
+        from corl_bench.method import mirrored_cohort  # loaded with the method class already
+
+        kind = cohort if cohort in self.cohorts else mirrored_cohort(cohort)  # a VLM cohort: its text twin
         index = self.cohorts.index(kind) if kind in self.cohorts else len(self.cohorts)
         try:
             if getattr(self.cls, "label", "") or getattr(self.cls, "name", ""):
