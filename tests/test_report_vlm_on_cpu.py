@@ -1,6 +1,6 @@
 """CPU tests of the vision-language tables: runs of the micro visual world (tests/vlm_fixtures.py) in the layout of the
 paper's VLM tables, and the paper's vlmSmall / vlmLarge / ensVLM blocks under ``--reference paper``, every number read
-from results/reference/paper-results.json."""
+from corl_bench/report/paper-results.json."""
 
 from __future__ import annotations
 

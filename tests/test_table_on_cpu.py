@@ -475,13 +475,18 @@ def test_paper_reference_data_loads_as_blocks() -> None:
         reference.llm_main(REPO / "no-such-file.json")
 
 
-def test_reference_directory_is_tracked_by_git() -> None:
+def test_paper_results_are_tracked_and_shipped_as_package_data() -> None:
+    """The paper's numbers live in the package (an installed wheel has them) and are not git-ignored."""
+    import tomllib
+
+    assert reference.PAPER_RESULTS == REPO / "corl_bench" / "report" / "paper-results.json"
+    data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-data"]
+    assert "paper-results.json" in data["corl_bench.report"]
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    proc = subprocess.run(["git", "check-ignore", "-q", "results/reference/paper-results.json"], cwd=REPO,
+    proc = subprocess.run(["git", "check-ignore", "-q", "corl_bench/report/paper-results.json"], cwd=REPO,
                           capture_output=True, timeout=30)
-    assert proc.returncode == 1, "results/reference/ must not be git-ignored"
-    assert (REPO / "results" / "reference" / "README.md").is_file()
+    assert proc.returncode == 1, "corl_bench/report/paper-results.json must not be git-ignored"
 
 
 def test_reference_paper_without_overlap_shows_the_papers_tables(world: Path) -> None:

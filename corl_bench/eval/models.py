@@ -167,7 +167,7 @@ def entry_dir(name: str, cache_root: Path) -> Path:
 
 
 def gguf_path(entry: GGUFEntry) -> Path:
-    """The GGUF file of a single-file entry (kept for callers of the first version)."""
+    """The GGUF file of a single-file entry."""
     check_entry(entry)
     return _package_dir(entry.package) / entry.filename  # type: ignore[operator]
 
@@ -375,11 +375,6 @@ def model_folder(ref: str, cache_root: Path) -> Path:
     if k == "hub":
         return fetch_hub(ref)
     return Path(ref)
-
-
-def load_entry(name: str, cache_root: Path, **kwargs: Any) -> tuple[Any, Any]:
-    """A named GGUF entry, dequantised once into ``cache_root/models/<name>-<size>`` and loaded from there."""
-    return load_folder(dequantise(name, cache_root), **kwargs)
 
 
 def load_model(ref: str, cache_root: Path | None = None, *, device: str | None = None, dtype: str | None = None,

@@ -374,14 +374,3 @@ def visual_stream(seed: int, prefix: str = "train") -> Iterator[VisualProblem]:
         i += 1
         if p.key() not in held:
             yield p
-
-
-def contact_sheet(problems: Sequence[VisualProblem], scale: int = 8, gap: int = 4) -> Any:
-    """The problems' images side by side, each scaled ``scale`` x (nearest neighbour), on a grey strip."""
-    from PIL import Image
-
-    side = IMAGE_SIZE * scale
-    sheet = Image.new("RGB", (len(problems) * (side + gap) + gap, side + 2 * gap), (128, 128, 128))
-    for i, p in enumerate(problems):
-        sheet.paste(p.image().resize((side, side), Image.NEAREST), (gap + i * (side + gap), gap))
-    return sheet

@@ -1,4 +1,5 @@
-"""The Co-RL paper's published numbers as data (``results/reference/paper-results.json``), and how they map onto ours.
+"""The Co-RL paper's published numbers as data (``corl_bench/report/paper-results.json``, package data), and how they map
+onto ours.
 
 Public API (pure Python, no torch):
 
@@ -32,8 +33,9 @@ __all__ = ["BACKBONES", "PAPER_BENCHMARKS", "PAPER_ENS_VLM_PROTOCOL", "PAPER_LAB
            "PAPER_VLM_BENCHMARKS", "PAPER_VLM_PROTOCOL", "PaperBlock", "PaperRow", "VLM_BENCHMARKS", "backbone_for",
            "backbones", "blocks_of", "ens_vlm", "llm_main", "load_paper", "our_label", "vlm_backbones", "vlm_main"]
 
-#: Where the paper's tables live (copied verbatim from the paper's website data; see results/reference/README.md).
-PAPER_RESULTS = Path(__file__).resolve().parents[2] / "results" / "reference" / "paper-results.json"
+#: Where the paper's tables live: package data beside this module, so an installed wheel has them (copied verbatim
+#: from the paper's website data; see paper-results.md beside it).
+PAPER_RESULTS = Path(__file__).resolve().with_name("paper-results.json")
 
 #: Our benchmark key -> the paper's text-table column.
 PAPER_BENCHMARKS: dict[str, str] = {
@@ -167,7 +169,7 @@ def load_paper(path: str | Path | None = None) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"paper results not found at {path}; restore results/reference/paper-results.json "
+        raise ValueError(f"paper results not found at {path}; restore corl_bench/report/paper-results.json "
                          "from git") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read {path} ({type(exc).__name__}); restore it from git") from None
@@ -185,7 +187,7 @@ def _row(raw: dict[str, Any], label_key: str, columns: tuple[str, ...], columns_
 
 
 def _malformed(key: str, exc: Exception) -> ValueError:
-    return ValueError(f"paper results: {key} is malformed ({exc}); restore results/reference/paper-results.json "
+    return ValueError(f"paper results: {key} is malformed ({exc}); restore corl_bench/report/paper-results.json "
                       "from git")
 
 

@@ -43,7 +43,7 @@ TITLE = "corl-bench results (paper style)"
 VLM_TITLE = "corl-bench results, vision-language (paper style)"
 PAPER_TITLE = "Paper (Co-RL): main LLM table, values as printed"
 PAPER_FOOTER = ("Values and marks as printed in the paper (bold = best label-free, underline = second; Base and "
-                "GT-Reward not ranked); source: results/reference/paper-results.json.", PAPER_PROTOCOL + ".")
+                "GT-Reward not ranked); source: corl_bench/report/paper-results.json.", PAPER_PROTOCOL + ".")
 #: paper-results.json key -> (title, footer) of each paper table shown on its own.
 PAPER_GRIDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "llmMain": (PAPER_TITLE, PAPER_FOOTER),
@@ -52,7 +52,7 @@ PAPER_GRIDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "vlmLarge": ("Paper (Co-RL): vision-language table, large tier (vlmLarge), values as printed",
                  (PAPER_FOOTER[0], PAPER_VLM_PROTOCOL + ".")),
     "ensVLM": ("Paper (Co-RL): test-time ensemble control, vision-language (ensVLM), values as printed",
-               ("Values and marks as printed in the paper; source: results/reference/paper-results.json.",
+               ("Values and marks as printed in the paper; source: corl_bench/report/paper-results.json.",
                 PAPER_ENS_VLM_PROTOCOL + ".")),
 }
 
