@@ -45,6 +45,8 @@ def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler], force=True)
     for noisy in ("transformers", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    for hub in ("huggingface_hub", "datasets", "filelock", "fsspec"):  # hub retries and cache chatter: only with -v
+        logging.getLogger(hub).setLevel(logging.INFO if verbose else logging.ERROR)
 
 
 def _overrides(method: Optional[str], cohort: Optional[str], seed: Optional[int], steps: Optional[int],
@@ -110,18 +112,25 @@ def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (de
              config_opt: Optional[Path] = typer.Option(None, "--config", help="YAML config (as in run)"),
              set_: list[str] = typer.Option([], "--set", "-s", help="override, e.g. --set grpo.lr=3e-5"),
              method: Optional[str] = typer.Option(None, "--method", "-m"),
-             cohort: Optional[str] = typer.Option(None, "--cohort", "-c")) -> None:
+             cohort: Optional[str] = typer.Option(None, "--cohort", "-c"),
+             elsewhere: bool = typer.Option(False, "--elsewhere", help="check the config for another machine: what "
+                                            "this one lacks (a CUDA device, a data copy, a reachable hub) is a "
+                                            "warning, not an error")) -> None:
     """Check a config without training: print the resolved config and the derived batch sizes (warnings, e.g. a
-    hub model that will be downloaded, go to stderr)."""
+    hub model that will be downloaded, go to stderr). Refuses exactly what ``run`` would refuse before step 1."""
     _setup_logging(False)
     if config is not None and config_opt is not None and config != config_opt:
         _fail(f"two configs given ({config} and --config {config_opt}); pass one")
     config = config or config_opt
     try:
         cfg = load_config(config, _overrides(method, cohort, None, None, None, None, set_))
+        from contextlib import nullcontext
+
+        from corl_bench.config import checking_for_elsewhere
         from corl_bench.train.runner import resolve
 
-        plan = resolve(cfg)
+        with checking_for_elsewhere() if elsewhere else nullcontext():
+            plan = resolve(cfg)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
     cfg = plan.config

@@ -24,6 +24,9 @@ Optional hooks (a profile without them behaves as before; the runner looks them 
   at its default (``micro-visual`` evaluates ``micro-visual-test``, not the text ``micro-test``).
 * ``images`` (class attribute, default False): the profile's requests carry images, so ``validate`` refuses a rollout
   engine without an image path (``supports_images``).
+* ``takes_images(cls, agent) -> bool | None`` (classmethod): whether the agent's model takes images, read without
+  loading it (None: not known yet); validation refuses an image benchmark for a text model and an engine or memory
+  option without an image path for a vision-language one. Without the hook, ``images`` decides.
 
 :func:`load_for` and :func:`render_for` call ``load`` and ``render`` with the agent's device and model where the
 profile accepts them, and without where it predates them.

@@ -42,3 +42,13 @@ def build_tiny(name: str, seed: int = 0):
 @pytest.fixture(scope="session")
 def tiny_qwen():
     return build_tiny("qwen2-bpe")
+
+
+@pytest.fixture
+def hub_answers(monkeypatch):
+    """The Hugging Face hub counts as reachable and as holding every dataset: for tests that replace its loaders
+    (``datasets.load_dataset``, the LiveCodeBench download) with stand-ins and check what is done with the rows."""
+    import corl_bench.hub as hub
+
+    monkeypatch.setattr(hub, "unreachable_reason", lambda: "")
+    monkeypatch.setattr(hub, "_exists_on_hub", lambda repo: True)

@@ -15,6 +15,8 @@ from corl_bench.eval.items import Item
 from corl_bench.hf import data as hfdata
 from tests.conftest import SHARED_DATA
 
+pytestmark = pytest.mark.usefixtures("hub_answers")  # the hub's loaders are replaced by stand-ins here
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 
 

@@ -324,6 +324,7 @@ def test_an_uncached_hub_id_is_accepted_with_a_warning_and_a_failed_download_wri
         raise OSError("Name or service not known")
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", unreachable)
+    monkeypatch.setattr("corl_bench.hub.unreachable_reason", lambda: "")  # the hub answers; the download fails
     models._WARNED.discard("acme/not-cached")
     out = tmp_path / "runs"
     cfg = load_config(None, ["method.name=gt-reward", "model.profile=hf", f"run.output_dir={out}",
@@ -338,18 +339,25 @@ def test_an_uncached_hub_id_is_accepted_with_a_warning_and_a_failed_download_wri
     msg = one_line(e.value)
     assert "could not be downloaded" in msg and "hf download acme/not-cached" in msg
     assert not out.exists() or not any(out.iterdir())
+    monkeypatch.setattr("corl_bench.hub.unreachable_reason", lambda: "gaierror: no such host")
+    with pytest.raises(ConfigError) as e:  # a hub that does not answer: validation refuses at once, in one line
+        resolve(cfg)
+    assert "the hub is not reachable (gaierror: no such host)" in one_line(e.value)
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "configs" / "paper").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_every_paper_config_validates_on_a_cpu_without_its_models(path, tmp_path, monkeypatch):
-    """configs/paper/*.yaml resolve here (the hub models are not cached: validation warns that they will be
-    downloaded) and carry the paper's settings (lr 3e-6, 128 prompts, K 12, 3072 tokens, no KL)."""
+    """configs/paper/*.yaml resolve here as checked for another machine (``validate --elsewhere``: the GPUs, the
+    training data and the hub models this CPU lacks are warnings) and carry the paper's settings (lr 3e-6, 128
+    prompts, K 12, 3072 tokens, no KL)."""
+    from corl_bench.config import checking_for_elsewhere
     from corl_bench.train.runner import resolve
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    cfg = resolve(load_config(path, [f"run.output_dir={tmp_path / 'runs'}"])).config
+    with checking_for_elsewhere():
+        cfg = resolve(load_config(path, [f"run.output_dir={tmp_path / 'runs'}"])).config
     assert cfg.model.profile == "hf" and cfg.grpo.lr == 3e-6 and cfg.grpo.kl_coef == 0
     assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens) == (128, 12, 3072)
     assert cfg.data.train == "math-level345" and cfg.run.steps == 139

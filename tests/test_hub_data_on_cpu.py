@@ -25,6 +25,8 @@ from corl_bench.eval.data import gpqa_rows, load_rows, prepare
 from corl_bench.eval.livecodebench import RELEASE_FILES, decode_private
 from tests.conftest import SHARED_DATA
 
+pytestmark = pytest.mark.usefixtures("hub_answers")  # the hub's loaders are replaced by stand-ins here
+
 HUB = Path(__file__).resolve().parent / "fixtures" / "hub"
 LCB_FILES = HUB / "livecodebench"
 GPQA_CSV = HUB / "gpqa" / "gpqa_diamond.csv"

@@ -22,6 +22,8 @@ from corl_bench.eval.wemath import four_dimensional, from_rows
 from corl_bench.rollout.base import Completion, Request
 from tests.conftest import SHARED_DATA
 
+pytestmark = pytest.mark.usefixtures("hub_answers")  # the hub's loaders are replaced by stand-ins here
+
 MM = ("mathvision", "mathvision_testmini", "mathverse_testmini", "mathverse_testmini_text_only",
       "mathvista_testmini", "wemath_testmini")
 PROMPT_TAIL = " Please reason step by step, and put your final answer within \\boxed{}."

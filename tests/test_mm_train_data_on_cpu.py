@@ -15,6 +15,8 @@ from corl_bench.hf import data as hfdata
 from corl_bench.hf.profile import HFProfile
 from corl_bench.rollout.base import Request
 
+pytestmark = pytest.mark.usefixtures("hub_answers")  # the hub's loaders are replaced by stand-ins here
+
 SETS = {"multimodal-open-r1-8k-verified": "multimodal_open_r1", "mmr1": "mmr1", "geometry3k": "geometry3k"}
 
 

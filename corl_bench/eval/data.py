@@ -33,6 +33,7 @@ is frozen with its images copied beside the rows (``<set>/images/...``; the chec
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -182,7 +183,37 @@ def _images_note(spec: BenchmarkSpec) -> str:
             f"them where it is reachable with corl-bench data prepare -b {spec.name} --dest DIR")
 
 
+def check_available(spec: BenchmarkSpec, data_dir: str | Path | None = None, field: str = "eval.benchmarks") -> None:
+    """One-line ConfigError unless the benchmark's rows can be read here: a local copy, or a hub copy that the
+    package it needs can fetch from the local cache or a reachable hub (no rows are read; the hub is asked once per
+    process, quickly). Validation calls this for every benchmark a run evaluates."""
+    if spec.profile or locate(spec, data_dir) is not None:
+        return
+    searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "no data directory given"
+    local = f"DIR/{spec.source.local}" if spec.source.local else "DIR"
+    fix = (f"set data.data_dir=DIR (or ${DATA_ENV}) with {local}; `corl-bench data prepare -b {spec.name} --dest DIR` "
+           "writes it on a machine that reaches the hub")
+    from corl_bench.config import machine_problem
+
+    if not spec.source.hub:
+        return machine_problem(f"{field}: {spec.name} has no local copy ({searched}: {spec.source.local}); {fix}")
+    needs = "huggingface_hub" if _is_livecodebench(spec) else "datasets"
+    if importlib.util.find_spec(needs) is None:
+        return machine_problem(f"{field}: {spec.name} has no local copy ({searched}: {spec.source.local}) and the "
+                               f"`{needs}` package for its hub copy is not installed; {fix}, or pip install {needs}")
+    _check_hub(spec, f"{field}: {spec.name} ({searched})", fix)
+
+
+def _check_hub(spec: BenchmarkSpec, what: str, fix: str) -> None:
+    from corl_bench.hub import check_dataset
+
+    check_dataset(str((spec.source.hub or {})["path"]), what, fix)
+
+
 def _from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    if importlib.util.find_spec("huggingface_hub" if _is_livecodebench(spec) else "datasets") is not None:
+        _check_hub(spec, f"benchmark {spec.name}", f"pass --data-dir DIR (or set ${DATA_ENV}) with "  # one line, not
+                   f"DIR/{spec.source.local}{_images_note(spec)}")  # the retries of an unreachable hub
     if _is_livecodebench(spec):
         return _lcb_from_hub(spec)
     hub = dict(spec.source.hub or {})

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corl_bench.config import ConfigError
+from corl_bench.config import ConfigError, machine_problem
 from corl_bench.eval.data import sha256 as _sha256
 from corl_bench.hf.device import resolve_device, resolve_dtype
 
@@ -300,6 +300,14 @@ def check_ref(ref: str, *, families: bool = False) -> str:
                 raise ConfigError(f"model {ref!r} is not in the local Hugging Face cache ({hub_cache_dirs()[0]}) and "
                                   f"HF_HUB_OFFLINE is set: fetch it where the hub is reachable (hf download "
                                   f"{ref.partition('@')[0]}) and copy the cache here, or pass a local folder")
+            from corl_bench.hub import unreachable_reason
+
+            reason = unreachable_reason()
+            if reason:
+                machine_problem(f"model {ref!r} is not in the local Hugging Face cache ({hub_cache_dirs()[0]}) and "
+                                f"the hub is not reachable ({reason}): fetch it where the hub is reachable (hf "
+                                f"download {ref.partition('@')[0]}) and copy the cache here, or pass a local folder")
+                return k
             if ref not in _WARNED:
                 _WARNED.add(ref)
                 log.warning("model %s is not in the local Hugging Face cache (%s): it is downloaded before the run "
@@ -311,6 +319,21 @@ def check_ref(ref: str, *, families: bool = False) -> str:
         raise ConfigError(f"model {ref!r} is not a model folder, a hub id (owner/name in the local Hugging Face "
                           f"cache), a model entry ({', '.join(ENTRIES)}){extra}")
     return k
+
+
+def takes_images(ref: str) -> bool | None:
+    """Whether the model of a (non-family) reference takes images, read from its files without loading it: a
+    vision-language checkpoint written by corl-bench (it holds the image layout, ``corl_vision_codec.json``) does;
+    a model entry or any other folder loads as a text model. None for a hub id that is not cached yet."""
+    from corl_bench.rollout.images import CODEC_FILE
+
+    k = kind(ref)
+    if k == "entry":
+        return False
+    folder = Path(ref) if k == "folder" else hub_snapshot(ref) if k == "hub" else None
+    if folder is None:
+        return None
+    return (folder / CODEC_FILE).is_file()
 
 
 def _finish(model: Any, tok: Any) -> tuple[Any, Any]:

@@ -47,7 +47,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from corl_bench.config import ConfigError
+from corl_bench.config import ConfigError, machine_problem
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +189,20 @@ def check_source(spec: str, data_dir: str | Path | None = None) -> Source:
         return source
     searched = ", ".join(str(d) for d in _dirs(data_dir)) or "no data directory given"
     if source.kind == "jsonl":
-        raise ConfigError(f"data.train: {source.path} not found (looked in the working directory and {searched}); "
-                          "pass an existing .jsonl file")
+        machine_problem(f"data.train: {source.path} not found (looked in the working directory and {searched}); "
+                        "pass an existing .jsonl file")
+        return source
+    local = _local_hint(source)
     if not _datasets_installed():
-        local = _local_hint(source)
-        raise ConfigError(f"data.train={source.name}: no local copy ({searched}) and the `datasets` package is not "
-                          f"installed; set data.data_dir=DIR (or $CORL_BENCH_DATA) with {local}, or pip install "
-                          "datasets")
+        machine_problem(f"data.train={source.name}: no local copy ({searched}) and the `datasets` package is not "
+                        f"installed; set data.data_dir=DIR (or $CORL_BENCH_DATA) with {local}, or pip install "
+                        "datasets")
+        return source
+    from corl_bench.hub import check_dataset
+
+    repo = str((source.named.hub if source.named else source.hub or {})["path"])
+    check_dataset(repo, f"data.train={source.name} ({searched})", f"set data.data_dir=DIR (or $CORL_BENCH_DATA) "
+                  f"with {local}")
     return source
 
 
@@ -219,6 +226,10 @@ def _local_hint(source: Source) -> str:
 def _hub_rows(source: Source) -> list[dict[str, Any]]:
     args = dict(source.named.hub if source.named else source.hub or {})
     local = _local_hint(source)
+    from corl_bench.hub import check_dataset
+
+    check_dataset(str(args["path"]), f"data.train={source.name}", f"set data.data_dir=DIR (or $CORL_BENCH_DATA) "
+                  f"with {local}")
     if not _datasets_installed():
         raise ConfigError(f"data.train={source.name}: no local copy found and the `datasets` package is not "
                           f"installed; set data.data_dir=DIR (or $CORL_BENCH_DATA) with {local}, or pip install "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corl_bench.config import ConfigError
+from corl_bench.config import ConfigError, MachineError
 
 
 def resolve_device(device: str | None) -> str:
@@ -22,8 +22,8 @@ def resolve_device(device: str | None) -> str:
         index = int(device.split(":")[1]) if ":" in device else 0
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if index >= count:
-            raise ConfigError(f"device {device} is not available (torch sees {count} CUDA device(s)); set "
-                              "model.device=auto or cpu, or the agent's device")
+            raise MachineError(f"device {device} is not available (torch sees {count} CUDA device(s)); set "
+                               "model.device=auto or cpu, or the agent's device")
     return device
 
 

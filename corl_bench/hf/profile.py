@@ -92,6 +92,14 @@ class HFProfile:
                               f"{prompt!r}); leave it out for the paper's prompt")
 
     @classmethod
+    def takes_images(cls, agent: Any) -> bool | None:
+        """Whether the agent's model takes images (a vision-language checkpoint with its image layout); None for a
+        hub model that is not downloaded yet (checked again once it is, before the run writes anything)."""
+        from corl_bench.eval.models import takes_images
+
+        return takes_images(agent.family)
+
+    @classmethod
     def check_benchmark(cls, name: str, spec: Mapping[str, Any]) -> None:
         """Any text benchmark spec (math, multiple choice, code); the micro suites belong to the micro profile."""
         if spec.get("profile"):
@@ -109,23 +117,25 @@ class HFProfile:
     def check_data(cls, cfg: Any) -> None:
         """``data.train`` can be read (a local copy, a JSONL file, or a hub copy with ``datasets`` installed), the
         evaluated benchmarks have data, and the rephrasing model exists when an agent sees the rephrased view."""
-        from corl_bench.eval.data import data_dirs, locate
+        from corl_bench.eval.data import check_available
         from corl_bench.eval.models import check_ref
         from corl_bench.eval.specs import get_spec
-        from corl_bench.hf.data import _datasets_installed, check_source
+        from corl_bench.hf.data import check_source
 
         data_dir = cfg.data.data_dir or None
-        check_source(cfg.data.train, data_dir)
+        source = check_source(cfg.data.train, data_dir)
+        if source.named is not None and source.named.images_field:
+            for agent in cfg.cohort.agents:
+                if cls.takes_images(agent) is False:
+                    raise ConfigError(f"data.train={source.name} has images and agent {agent.name!r} "
+                                      f"({agent.family}) is a text model; train it on a text set (e.g. "
+                                      "data.train=math-level345) or give the cohort vision-language models")
         from corl_bench.train.select import selection_benchmark
 
         split = selection_benchmark(cfg.eval.select, cls, cfg.eval.benchmarks) if cfg.eval.select in (
             "dev", "label-free") else None
         for name in [*cfg.eval.benchmarks, *([split] if split else [])]:
-            spec = get_spec(name)
-            if locate(spec, data_dir) is None and not (spec.source.hub and _datasets_installed()):
-                searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "no data directory given"
-                raise ConfigError(f"eval.benchmarks: {name} has no local copy ({searched}: {spec.source.local}); set "
-                                  "data.data_dir=DIR (or $CORL_BENCH_DATA) or pip install datasets for the hub copy")
+            check_available(get_spec(name), data_dir, "eval.benchmarks" if name != split else "eval.select")
         if any(a.view == "rephrased" for a in cfg.cohort.agents):
             try:
                 check_ref(cfg.data.rephrase_model)

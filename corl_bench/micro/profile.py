@@ -138,6 +138,12 @@ class MicroProfile:
             raise ConfigError(f"cohort agent {agent.name!r}: prompt {agent.prompt!r} is an hf-profile option (the "
                               "micro profile has one format); leave prompt out")
 
+    @classmethod
+    def takes_images(cls, agent: Any) -> bool:
+        """Every agent of this profile takes images exactly when the profile's prompts carry them (:meth:`check_agent`
+        has matched the family's kind to the profile)."""
+        return cls.images
+
     def check_writable(self, families: list[str]) -> None:
         """One-line ConfigError if checkpoints must be built and the cache cannot be created (nothing is written)."""
         if self.missing(families):

@@ -93,6 +93,8 @@ def resolve(cfg: Config) -> Plan:
     method_cls(options, cohort.agents).generation_n(cfg.rollout.samples_per_prompt)  # option/rollout consistency
     for b in cfg.eval.benchmarks:
         profile_cls.check_benchmark(b, _lookup(BENCHMARKS, b, "eval.benchmarks"))  # the profile decides
+    engine_cls = _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
+    _check_images(cfg, profile_cls, engine_cls)
     from corl_bench.train.monitor import check_monitor
     from corl_bench.train.select import check_selection
 
@@ -106,18 +108,61 @@ def resolve(cfg: Config) -> Plan:
     if check_data is not None:
         check_data(cfg)
     _check_output_dir(Path(cfg.run.output_dir))
-    engine_cls = _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
     if hasattr(engine_cls, "check_available"):  # optional hook: an engine whose backend is not installed (vllm)
         engine_cls.check_available()
     _check_engine_options(engine_cls, cfg.rollout.backend, cfg.rollout.engine_options)
-    if getattr(profile_cls, "images", False) and not getattr(engine_cls, "supports_images", False):
-        raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and the {profile_name} profile's "
-                          "prompts carry images; set rollout.backend=hf")
     if cfg.run.backend == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'; or set "
                           "run.backend=local")
+    _check_devices(cfg)
+    if (cfg.grpo.lora_rank or any(a.lora_rank for a in cohort.agents)) and importlib.util.find_spec("peft") is None:
+        raise ConfigError("LoRA (grpo.lora_rank or an agent's lora_rank) needs peft: pip install -c "
+                          "constraints-cpu.txt 'peft>=0.11'; or set grpo.lora_rank=0")
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     return Plan(cfg, method_cls, options)
+
+
+def _takes_images(profile_cls: Any, agent: Any) -> bool | None:
+    """Whether the agent's model takes images (the profile's ``takes_images`` hook; None: not known before it is
+    downloaded), else the profile's ``images`` attribute."""
+    hook = getattr(profile_cls, "takes_images", None)
+    return hook(agent) if hook is not None else bool(getattr(profile_cls, "images", False))
+
+
+def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
+    """What a model's kind rules out, refused before anything is loaded: a vision-language agent with an engine or a
+    memory option that takes no images, a text agent with a benchmark that has images."""
+    image_benches = [b for b in cfg.eval.benchmarks if BENCHMARKS.get(b).get("modality") == "image"]
+    for agent in cfg.cohort.agents:
+        vision = _takes_images(profile_cls, agent)
+        if vision and not getattr(engine_cls, "supports_images", False):
+            raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and agent {agent.name!r} "
+                              f"({agent.family}) is a vision-language model; set rollout.backend=hf")
+        if vision and (cfg.grpo.shared_prefix or cfg.grpo.logit_chunk):
+            raise ConfigError(f"agent {agent.name!r} ({agent.family}) is a vision-language model: grpo.shared_prefix "
+                              "and grpo.logit_chunk do not take images yet; set grpo.shared_prefix=false "
+                              "grpo.logit_chunk=0")
+        if vision is False and image_benches:
+            raise ConfigError(f"eval.benchmarks: {image_benches[0]} has images and agent {agent.name!r} "
+                              f"({agent.family}) is a text model; evaluate text benchmarks (corl-bench ls benchmarks) "
+                              "or give the cohort vision-language models")
+
+
+def _check_devices(cfg: Config) -> None:
+    """``model.device`` and every agent's ``device`` exist here (a CUDA device that torch does not see is one line).
+    Not with ``run.backend=ray``: the agents' devices are those of the nodes their actors land on."""
+    if cfg.run.backend == "ray":
+        return
+    wanted = dict.fromkeys(a.device or cfg.model.device for a in cfg.cohort.agents)
+    for device in wanted:
+        if device and device.startswith("cuda"):
+            from corl_bench.config import MachineError, machine_problem
+            from corl_bench.hf.device import resolve_device
+
+            try:
+                resolve_device(device)
+            except MachineError as e:
+                machine_problem(str(e))
 
 
 def _check_engine_options(engine_cls: Any, backend: str, options: Any) -> None:
@@ -254,6 +299,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     fetch = getattr(PROFILES.get(cfg.model.profile), "fetch", None)  # optional hook: download before writing
     if fetch is not None:
         fetch(cfg)
+        plan = resolve(cfg)  # a model just downloaded: its kind (text / vision-language) is known now
     if resume is None and auto_resume:
         resume = find_interrupted(Path(cfg.run.output_dir), cfg)
         if resume is not None:
