@@ -78,10 +78,11 @@ def check_reference(reference: Optional[str], backbone: Optional[str], path: Opt
 
 
 # ------------------------------------------------------------------------------------------ rows and blocks
-def _label(view: MethodView, cohort: str, multi_cohort: set[str]) -> tuple[tuple[int, int], str]:
-    """(order key, base label) of a (method, cohort): ``Method.row_label(cohort)``, plus the cohort for a method
-    with one label that ran in several cohorts with agents that train together."""
-    order, label = view.row(cohort)
+def _label(view: MethodView, cohort: str, multi_cohort: set[str], paper_row: str = "") -> tuple[tuple[int, int], str]:
+    """(order key, base label) of a (method, cohort): ``Method.row_label(cohort)`` (of the paper row's cohort when
+    the run names one), plus the cohort for a method with one label that ran in several cohorts with agents that train
+    together."""
+    order, label = view.row(cohort, paper_row)
     if view.name in multi_cohort:
         label = f"{label} ({cohort})"
     return order, label
@@ -130,7 +131,7 @@ def _groups(results: Sequence[AgentResult], warnings: list[str]) -> list[_Group]
                  if not views[r.method].independent and family_count[(r.run_id, r.family)] > 1}
     buckets: dict[tuple[str, tuple[int, int], str, str, str], list[AgentResult]] = {}
     for r in results:
-        order, label = _label(views[r.method], r.cohort, multi_cohort)
+        order, label = _label(views[r.method], r.cohort, multi_cohort, r.paper_row)
         agent = r.agent if (r.method, r.cohort, r.tag, r.family) in per_agent else ""
         buckets.setdefault((r.family, order, label, agent, r.tag), []).append(r)
     groups = []
