@@ -15,8 +15,9 @@ Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
 
 Rules: one :class:`Block` per agent family. A block starts with Base (the base-phase evaluation of that family,
 per seed from the block's runs in row order), then one row per (method, cohort) in the order the methods declare
-(``table_order``, then the order of their ``cohort_labels``), labelled ``Method.row_label(cohort)``; methods this
-installation cannot describe come last under their raw name (:mod:`corl_bench.report.methods`). Methods with
+(``table_order``, then the order of their ``cohort_labels``), labelled ``Method.row_label(cohort)`` (a run whose
+cohort names its paper row, run.json ``paper_row``, takes the label of that row's named cohort: "Co-RL
+(cross-family)" for ``paper-cross-family``); methods this installation cannot describe come last under their raw name (:mod:`corl_bench.report.methods`). Methods with
 ``independent_agents`` train every agent of a cohort on its own, so each of their agents lands in the block of its
 family; a (label, family, seed) found in two cohorts is kept once (cohort ``single`` first, then by cohort name)
 with a warning. A multi-agent run with several agents of one family gives one row per agent. Tagged runs
