@@ -27,6 +27,10 @@ Deviations, all forced by the harness or the micro profile:
 * ``score_parser``: ``strict`` (default) accepts only ``<score>n</score>`` (clamped to 1..3), so an unparsable
   score earns the -1 that the reward defines; ``fork`` adds the fork's fallbacks (last standalone 1/2/3, else 2),
   which make the -1 unreachable (methods.md flags this as a local modification of the fork).
+
+With vision-language agents every prompt that states the problem (critique, score, a later round's solution) carries
+the problem's images (``Request(text, images)``, taken from the solver's request), so a judge sees what the solver
+saw; text prompts stay plain strings.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from corl_bench.method import (METHODS, AgentRewards, ExtraSample, Method, RewardInput, prompt_text,
+from corl_bench.method import (METHODS, AgentRewards, ExtraSample, Method, Request, RewardInput, prompt_text,
                                whitened_advantages)
 
 EVALUATOR_TEMPLATE = ("Problem: {problem}\nSolution: {solution}\n"
@@ -58,6 +62,12 @@ def parse_score(text: str, parser: str = "strict") -> int | None:
         digits = _DIGIT.findall(text or "")
         return int(digits[-1]) if digits else 2
     return None
+
+
+def with_images(text: str, images: tuple[Any, ...]) -> str | Request:
+    """A prompt about a problem: ``text`` with the problem's ``images`` as a :class:`Request`; plain text when the
+    problem has none (a text run's prompts stay exactly what they were)."""
+    return Request(text=text, images=images) if images else text
 
 
 def role_rewards(score: int | None) -> tuple[float, float, float]:
@@ -121,23 +131,25 @@ class CoMAS(Method):
         out = {a: AgentRewards(rewards=[[0.0] * k for _ in range(n_prompts)]) for a in names}
         counts = {"unparsable": 0, "score": 0.0, "n": 0}
         critiques: dict[Any, Any] = {}  # the previous round's critiques (round > 1 solvers see them as references)
+        problem = {s: prompt_text(batch.prompts[s[2]][s[0]]).strip() for s in slots}  # as the solver was asked
+        images = {s: tuple(getattr(batch.prompts[s[2]][s[0]], "images", ()) or ()) for s in slots}
         for rnd in range(opts.rounds):
-            problem = {s: prompt_text(batch.prompts[s[2]][s[0]]).strip() for s in slots}
             solver_requests, solutions = {}, {}
             if rnd > 0:  # new solutions; each sees references drawn from the previous round of its slot
                 for p, j, a in slots:
                     picked = rng.sample([(texts[(p, j, b)], critiques[(p, j, b)].text) for b in names],
                                         min(opts.references, len(names)))
                     disc = "\n".join(f"Solution: {sol}\nEvaluation: {ev.strip()}" for sol, ev in picked)
-                    solver_requests[(p, j, a)] = (a, SOLVER_TEMPLATE.format(problem=problem[(p, j, a)],
-                                                                            discussion=disc))
+                    solver_requests[(p, j, a)] = (a, with_images(SOLVER_TEMPLATE.format(
+                        problem=problem[(p, j, a)], discussion=disc), images[(p, j, a)]))
                 solutions = self._generate(batch, solver_requests, f"solver-r{rnd}")
                 texts = {s: c.text.strip() for s, c in solutions.items()}
-            eval_requests = {s: (ev, EVALUATOR_TEMPLATE.format(problem=problem[s], solution=texts[s]))
+            eval_requests = {s: (ev, with_images(EVALUATOR_TEMPLATE.format(problem=problem[s], solution=texts[s]),
+                                                 images[s]))
                              for s, ev in zip(slots, self._assign(rng, names, len(slots)))}
             critiques = self._generate(batch, eval_requests, f"evaluator-r{rnd}")
-            score_requests = {s: (sc, SCORER_TEMPLATE.format(problem=problem[s], solution=texts[s],
-                                                             evaluation=critiques[s].text.strip()))
+            score_requests = {s: (sc, with_images(SCORER_TEMPLATE.format(
+                problem=problem[s], solution=texts[s], evaluation=critiques[s].text.strip()), images[s]))
                               for s, sc in zip(slots, self._assign(rng, names, len(slots)))}
             scores = self._generate(batch, score_requests, f"scorer-r{rnd}", opts.score_max_tokens)
             for s in slots:
@@ -169,7 +181,7 @@ class CoMAS(Method):
         return order
 
     @staticmethod
-    def _generate(batch: RewardInput, requests: dict[Any, tuple[str, str]], role: str,
+    def _generate(batch: RewardInput, requests: dict[Any, tuple[str, str | Request]], role: str,
                   max_new_tokens: int | None = None) -> dict[Any, Any]:
         """One completion per request (agent, prompt), batched per agent through the rollout engine."""
         by_agent: dict[str, list[Any]] = {}

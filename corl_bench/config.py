@@ -33,7 +33,10 @@ from typing import Any
 
 import yaml
 
-
+#: The paper's rows a cohort can reproduce (``cohort.paper_row``) -> the named cohort of that design, whose row label
+#: a table gives it ("Co-RL (cross-family)"), so ``--reference paper`` puts the paper's row of that kind beside it.
+PAPER_ROWS = {"different-family": "cross-family", "same-family": "same-family",
+              "different-family+": "cross-family-rephrased", "three-agent": "three-agent"}
 
 # Loss-aggregation modes of the GRPO core (named here, torch-free, so configs validate without torch).
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -305,10 +308,15 @@ class CohortConfig:
     profile: str = ""
     """the profile whose families the agents name (filled from the registered cohort)"""
     description: str = ""
+    paper_row: str = ""
+    """the paper's row this cohort reproduces: different-family | same-family | different-family+ | three-agent
+    (tables label it so and ``--reference paper`` sets the paper's row beside it); empty = none"""
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.agents]
         _check(len(set(names)) == len(names), f"cohort {self.name!r}: agent names must be unique (got {names})")
+        _check(self.paper_row in ("", *PAPER_ROWS), f"cohort {self.name!r}: paper_row must be one of "
+               f"{', '.join(PAPER_ROWS)} (got {self.paper_row!r}); or leave it out")
 
 
 @dataclass(frozen=True)

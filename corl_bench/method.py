@@ -32,7 +32,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from corl_bench.config import AgentSpec, ConfigError
+from corl_bench.config import PAPER_ROWS, AgentSpec, ConfigError
 from corl_bench.eval.verifier import Vote, has_boxed, is_equivalent, plurality_vote
 from corl_bench.registries import METHODS
 from corl_bench.rollout.base import Completion, Request, prompt_text
@@ -138,6 +138,14 @@ def mirrored_cohort(cohort: str) -> str:
     """The text cohort a vision-language cohort mirrors (``visual-cross-family`` -> ``cross-family``): it gets that
     cohort's row label and place, so Co-RL's VLM rows read as the paper's ("Co-RL (cross-family)")."""
     return cohort.removeprefix("visual-")
+
+
+def labelled_cohort(cohort: str, paper_row: str = "") -> str:
+    """The cohort whose row label and place a run on ``cohort`` takes in tables: the named cohort of the paper row it
+    reproduces (``cohort.paper_row``, :data:`corl_bench.config.PAPER_ROWS`: a ``paper-cross-family`` cohort of
+    paper_row different-family is labelled like ``cross-family``), else ``cohort`` itself (also for a paper_row this
+    version does not know)."""
+    return PAPER_ROWS.get(paper_row, cohort)
 
 
 class Method:

@@ -311,7 +311,7 @@ def cohort_from_yaml(path: Path | str, text: str | None = None) -> CohortConfig:
     except TypeError as e:
         raise ConfigError(f"cohort file {path}: bad agent entry ({e}); each agent needs name and family") from None
     return CohortConfig(name=str(data["name"]), agents=agents, profile=str(data.get("profile", "micro")),
-                        description=str(data.get("description", "")))
+                        description=str(data.get("description", "")), paper_row=str(data.get("paper_row") or ""))
 
 
 def _load_builtin_cohorts(reg: Registry[CohortConfig]) -> None:

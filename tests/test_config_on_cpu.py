@@ -387,6 +387,47 @@ def test_cohort_agent_unknown_field_is_rejected() -> None:
     assert "cohort.agents[0].colour" in msg
 
 
+def test_cohort_paper_row_is_validated_in_one_line_naming_the_valid_rows() -> None:
+    msg = _config_error("cohort.paper_row=cross-family")
+    _assert_one_line(msg)
+    assert msg == ("cohort 'cross-family': paper_row must be one of different-family, same-family, different-family+, "
+                   "three-agent (got 'cross-family'); or leave it out")
+
+
+@pytest.mark.parametrize("agents, row, words", [
+    ("[{name: a, family: qwen2-bpe}, {name: b, family: llama-bpe, seed_offset: 1}]", "three-agent",
+     "has 3 agents (got 2)"),
+    ("[{name: a, family: qwen2-bpe}, {name: b, family: llama-bpe, seed_offset: 1}]", "same-family",
+     "has one family twice (got several)"),
+    ("[{name: a, family: qwen2-bpe}, {name: b, family: qwen2-bpe, seed_offset: 1}]", "different-family",
+     "has agents of different families (got one)"),
+    ("[{name: a, family: qwen2-bpe}, {name: b, family: llama-bpe, seed_offset: 1}]", "different-family+",
+     "has one agent on the rephrased view"),
+    ("[{name: a, family: qwen2-bpe}, {name: b, family: llama-bpe, view: rephrased}]", "different-family",
+     "has no rephrased view"),
+])
+def test_a_cohort_whose_agents_are_not_its_paper_rows_design_is_refused(agents: str, row: str, words: str) -> None:
+    msg = _resolve_error("cohort.name=mine", f"cohort.agents={agents}", f"cohort.paper_row={row}")
+    _assert_one_line(msg)
+    assert msg == f"cohort 'mine': the paper's {row} row {words}; fix the agents or leave cohort.paper_row out"
+
+
+def test_registered_cohorts_name_their_paper_rows() -> None:
+    from corl_bench.registries import COHORTS
+
+    rows = {name: COHORTS.get(name).paper_row for name in COHORTS.names()}
+    assert {n: r for n, r in rows.items() if r} == {
+        "cross-family": "different-family", "same-family": "same-family", "three-agent": "three-agent",
+        "cross-family-rephrased": "different-family+", "smol-cross-family": "different-family",
+        "smol-same-family": "same-family", "smol-cross-family-rephrased": "different-family+",
+        "visual-cross-family": "different-family"}
+    from corl_bench.train.runner import _check_paper_row
+
+    for name in rows:  # every registered cohort has the design of the row it names (resolve checks it)
+        _check_paper_row(COHORTS.get(name))
+    assert resolve(load_config(None, ["cohort.name=three-agent"])).config.cohort.paper_row == "three-agent"
+
+
 # ----------------------------------------------------------------------------------------------- dump round trip
 def _round_trip(cfg: Config, tmp_path: Path) -> Config:
     path = tmp_path / "dumped.yaml"

@@ -3,6 +3,8 @@ corl-paper-and-code.md section 2)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from corl_bench.config import AgentSpec, ConfigError
@@ -306,6 +308,27 @@ def test_comas_second_round_solvers_see_references_and_train_on_their_new_soluti
     assert prompt.count("Solution: ") == 1 and "Evaluation: critique by" in prompt and "problem 0" in prompt
     solver_extra = [e for a in ("a0", "a1") for e in out[a].extra if e.role == "solver"]
     assert len(solver_extra) == 2 and all(e.reward == 0.5 for e in solver_extra)
+
+
+def test_comas_prompts_about_a_problem_with_images_carry_its_images():
+    """A vision-language problem: the critique, the score and a later round's solution prompt are requests with the
+    problem's images (those of the solver's own request) and its text; nothing is asked without them."""
+    from corl_bench.method import Request
+
+    judges = ScriptedJudges({"a0": "<score>3</score>", "a1": "<score>2</score>"})
+    b = comas_batch(k=2, judges=judges, n_prompts=2)
+    pictures = {p: (f"figure-{p}.png", f"inset-{p}.png") for p in range(2)}
+    b = dataclasses.replace(b, prompts={n: [Request(text=f"problem {p}", images=pictures[p]) for p in range(2)]
+                                        for n in ("a0", "a1")})
+    out = make("comas", 2, rounds=2, references=1).rewards(b)
+    assert set(judges.prompts) == {"evaluator-r0", "scorer-r0", "solver-r1", "evaluator-r1", "scorer-r1"}
+    for role, prompts in judges.prompts.items():
+        assert prompts and all(isinstance(q, Request) for q in prompts), role
+        for q in prompts:
+            shown = [p for p in range(2) if f"problem {p}" in q.text]
+            assert len(shown) == 1 and q.images == pictures[shown[0]], (role, q)
+    extra = [e for a in out for e in out[a].extra]  # what the authors train on holds the images too
+    assert extra and all(isinstance(e.prompt, Request) and e.prompt.images for e in extra)
 
 
 def test_whitened_advantages_are_token_weighted_by_hand():

@@ -297,3 +297,28 @@ def test_a_run_written_before_a_config_field_existed_still_resumes(tmp_path):
     changed = load_config(None, ["run.steps=3", "eval.every=5"])
     with pytest.raises(Exception, match="eval.every"):
         check_resumable(run_dir, changed)
+
+
+def test_a_run_started_before_cohorts_named_their_paper_row_still_resumes(tmp_path):
+    """cohort.paper_row only says how a run is labelled: a run directory written before the cross-family cohort
+    named its paper row (config.yaml without it, run.json without it) is found and resumed, and keeps its record."""
+    import dataclasses
+    import json
+
+    import yaml
+
+    from corl_bench.config import load_config
+    from corl_bench.train.runner import check_resumable, find_interrupted, resolve
+
+    cfg = resolve(load_config(None, ["run.steps=3", f"run.output_dir={tmp_path}"])).config
+    assert cfg.cohort.name == "cross-family" and cfg.cohort.paper_row == "different-family"
+    old = cfg.to_dict()
+    del old["cohort"]["paper_row"]
+    run_dir = tmp_path / "corl-cross-family-s0-old"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(old))
+    (run_dir / "run.json").write_text(json.dumps({"status": "running", "cohort": "cross-family"}))
+    assert find_interrupted(tmp_path, cfg) == run_dir
+    assert "paper_row" not in check_resumable(run_dir, cfg)
+    with pytest.raises(Exception, match="run.steps"):  # a field that trains differently still refuses
+        check_resumable(run_dir, cfg.replace(run=dataclasses.replace(cfg.run, steps=4)))

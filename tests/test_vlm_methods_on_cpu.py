@@ -1,6 +1,7 @@
 """Every label-free method (and GT-Reward) trains vision-language agents through the unchanged core: one short run
 per method on tiny warm-started VLMs of both micro visual families, through ``corl-bench``'s own runner (profile
-``micro-visual``), checking that each agent was rewarded, updated and evaluated on the visual suite."""
+``micro-visual``), checking that each agent was rewarded, updated and evaluated on the visual suite (and that CoMAS's
+critiques and scores were asked with the problem's image)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ COHORTS = {
 }
 CASES = [("corl", "ring3", []), ("corl", "ring3", ["method.options={supervision: peer-majority}"]),
          ("ttrl", "one", []), ("gt-reward", "one", []), ("rent", "one", []), ("intuitor", "one", []),
-         ("co-rewarding-ii", "one", []), ("mm-upt", "pair", [])]
+         ("co-rewarding-ii", "one", []), ("mm-upt", "pair", []), ("comas", "pair", [])]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,29 @@ def _run(cache, tmp_path, method, cohort, extra):
     return cfg, run(cfg)
 
 
+def _spy_extra_generations(monkeypatch) -> list:
+    """Record every prompt an interactive method (CoMAS) sends through ``RewardInput.generate``."""
+    from corl_bench.train.trainer import Trainer
+
+    asked: list = []
+    original = Trainer._generator
+
+    def generator(self, step):
+        generate = original(self, step)
+
+        def spy(agent, prompts, role, max_new_tokens=None):
+            asked.extend((role, p) for p in prompts)
+            return generate(agent, prompts, role, max_new_tokens)
+
+        return spy
+
+    monkeypatch.setattr(Trainer, "_generator", generator)
+    return asked
+
+
 @pytest.mark.parametrize("method,cohort,extra", CASES, ids=[f"{m}-{c}{'-pm' if e else ''}" for m, c, e in CASES])
-def test_each_method_trains_and_evaluates_vlm_agents_on_cpu(cache, tmp_path, method, cohort, extra):
+def test_each_method_trains_and_evaluates_vlm_agents_on_cpu(cache, tmp_path, method, cohort, extra, monkeypatch):
+    asked = _spy_extra_generations(monkeypatch)
     cfg, run_dir = _run(cache, tmp_path, method, cohort, extra)
     agents = [a.name for a in cfg.cohort.agents]
     info = json.loads((run_dir / "run.json").read_text())
@@ -64,6 +86,10 @@ def test_each_method_trains_and_evaluates_vlm_agents_on_cpu(cache, tmp_path, met
         assert all(p["problem_id"].startswith("micro-visual-test-") for p in preds)
     if method == "corl":
         assert info["teachers"]["a0"] == (["a2"] if not extra else ["a1", "a2"])
+    if method == "comas":  # critiques and scores were asked with the problem's image, and trained on
+        assert {role for role, _ in asked} == {"evaluator-r0", "scorer-r0"}
+        assert all(getattr(p, "images", ()) for _, p in asked)
+        assert all(r["method/extra_samples"] > 0 for r in rows)
     weights = run_dir / "checkpoints"
     assert weights.exists()
 

@@ -9,8 +9,8 @@ Public API (no torch or transformers; layout, render and table build on it, noth
   per (method, cohort, tag, agent); :func:`aggregate` does it on an already-read :class:`Collected`.
 * :func:`check_metrics`, :data:`METRIC_LABELS`, :func:`natural_key`, :func:`rel_path`, :func:`row_grader_for`.
 
-Run directories are read through :class:`corl_bench.results.RunDir` (``run.json``: method, cohort, seed, tag, status,
-agents, steps, ...; ``config.yaml``; predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``). Every
+Run directories are read through :class:`corl_bench.results.RunDir` (``run.json``: method, cohort, paper_row, seed,
+tag, status, agents, steps, ...; ``config.yaml``; predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``). Every
 predictions file is regraded with :func:`corl_bench.eval.metrics.score_predictions` (stored ``correct`` fields are
 not trusted). A :class:`Row` holds the mean over seeds and the sample standard deviation (n-1) where there are two
 or more.
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from corl_bench.config import PAPER_ROWS
 from corl_bench.eval.metrics import METRICS, BenchmarkScores, score_predictions
 from corl_bench.results import CONFIG, RunDir, read_jsonl
 from corl_bench.results import find_runs as find_run_dirs
@@ -126,6 +127,7 @@ class AgentResult:
     final: dict[str, BenchmarkScores]  # the reported phase: final, or the one eval.select chose (``phase``)
     base: dict[str, BenchmarkScores]
     phase: str = "final"  # which evaluation phase ``final`` holds (run.json ``selection``, else "final")
+    paper_row: str = ""  # the paper row its cohort reproduces (run.json ``paper_row``; "" in runs written before it)
 
     def metrics(self, phase: str = "final") -> Scores:
         """benchmark -> metric -> value for ``phase`` ("final": the reported checkpoint, or "base")."""
@@ -313,6 +315,11 @@ def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
         raise DamagedRun(f"run.json field 'tag' should be str (got {tag!r})")
     run_id, profile = str(meta.get("run_id") or run.name), str(meta.get("profile", ""))
     warnings: list[str] = []
+    paper_row = meta.get("paper_row") or ""
+    if paper_row not in ("", *PAPER_ROWS):
+        warnings.append(f"{rel}: run.json paper_row {paper_row!r} is not one of {', '.join(PAPER_ROWS)}; labelled by "
+                        f"its cohort {cohort!r}")
+        paper_row = ""
     versions: dict[str, set[str]] = {}
     results, missing = [], []
     selection, chosen = selected_phases(meta) if selected and phase == "final" else (None, {})
@@ -328,7 +335,7 @@ def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
             missing.append(name)
             continue
         results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, str(agent.get("family", "")),
-                                   seed, profile, final, base, use))
+                                   seed, profile, final, base, use, paper_row))
     if not results:
         suffix = "" if status == "finished" else f" (status {status!r})"
         return [], None, warnings + [f"{rel} has no predictions for phase {phase}{suffix}; skipped"]

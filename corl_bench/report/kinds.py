@@ -13,9 +13,11 @@ Public API (no torch):
 * :func:`empty_columns_line` - the footer line naming such empty columns.
 * :func:`compare` - ``--reference paper``: the paper's rows beside ours where a block's family maps to a paper backbone
   (:data:`corl_bench.report.reference.BACKBONES`) and a benchmark to a paper column, else the paper's tables of that
-  kind on their own. Text compares sampled pass@1 (``avg_k``) with the main LLM table; vision-language compares greedy
-  accuracy with the ``vlmSmall`` / ``vlmLarge`` blocks trained on open-r1 (the one training set every paper backbone
-  has) and shows ``vlmSmall``, ``vlmLarge`` and ``ensVLM`` on their own.
+  kind on their own. A row meets the paper's row of the same label: a run whose cohort names the paper row it
+  reproduces (``cohort.paper_row``) is labelled like it ("Co-RL (cross-family)"). Text compares sampled pass@1
+  (``avg_k``) with the main LLM table, and a "Co-RL (three agents)" row with the three-agent ring table (``n3``);
+  vision-language compares greedy accuracy with the ``vlmSmall`` / ``vlmLarge`` blocks trained on open-r1 (the one
+  training set every paper backbone has) and shows ``vlmSmall``, ``vlmLarge`` and ``ensVLM`` on their own.
 """
 
 from __future__ import annotations
@@ -135,19 +137,21 @@ class Comparison:
     owns_backbone: bool  # whether --backbone names a backbone of this kind's paper tables
 
 
-def _paper_rows(block: Block, paper: ref.PaperBlock, columns: Sequence[Column], benchmarks: Sequence[str],
-                kind: _Kind) -> tuple[TableRow, ...]:
-    """The block's rows with the paper's row of a label inserted after the last of our rows of that label."""
+def _paper_rows(block: Block, papers: Sequence[ref.PaperBlock], columns: Sequence[Column],
+                benchmarks: Sequence[str], kind: _Kind) -> tuple[TableRow, ...]:
+    """The block's rows with the paper's row of a label (from the first of ``papers`` that has it) inserted after the
+    last of our rows of that label."""
     full = set(benchmarks) == set(kind.columns)  # the paper's Avg is over exactly its benchmarks
     full = full and columns[-2].metric == kind.metric  # ... in the metric of our Avg column
-    paper_base = paper.value(BASE_LABEL, "Avg")
     out: list[TableRow] = []
     for i, row in enumerate(block.rows):
         out.append(row)
         if i + 1 < len(block.rows) and block.rows[i + 1].group == row.group:
             continue
-        if paper.row(row.group) is None:
+        paper = next((p for p in papers if p.row(row.group) is not None), None)
+        if paper is None:
             continue
+        paper_base = paper.value(BASE_LABEL, "Avg")
         cells = []
         for col in columns[:-2]:
             name = kind.columns.get(col.benchmark)
@@ -162,17 +166,21 @@ def _paper_rows(block: Block, paper: ref.PaperBlock, columns: Sequence[Column], 
     return tuple(out)
 
 
-def _paper(kind: str, path: Optional[Path]) -> tuple[dict[str, ref.PaperBlock], tuple[ref.PaperBlock, ...], str]:
-    """(backbone -> the block our rows meet, every block shown on its own, the words for the mapped note)."""
+def _paper(kind: str, path: Optional[Path]) -> tuple[dict[str, tuple[ref.PaperBlock, ...]],
+                                                   tuple[ref.PaperBlock, ...], str]:
+    """(backbone -> the blocks our rows meet, every block shown on its own, the words for the mapped note)."""
     if kind == TEXT:
         blocks = ref.llm_main(path)
-        return {b.backbone: b for b in blocks}, blocks, ""
+        mapping = {b.backbone: (b,) for b in blocks}
+        for b in ref.n3(path):  # the three-agent ring's rows (Qwen3-1.7B is only there)
+            mapping[b.backbone] = mapping.get(b.backbone, ()) + (b,)
+        return mapping, blocks, ""
     blocks = ref.vlm_main(path)
-    mapping: dict[str, ref.PaperBlock] = {}
+    chosen: dict[str, ref.PaperBlock] = {}
     for b in blocks:  # the open-r1 block of each backbone, else its first
-        if b.backbone not in mapping or (b.dataset == VLM_DATASET and mapping[b.backbone].dataset != VLM_DATASET):
-            mapping[b.backbone] = b
-    return mapping, blocks + ref.ens_vlm(path), f" (trained on {VLM_DATASET})"
+        if b.backbone not in chosen or (b.dataset == VLM_DATASET and chosen[b.backbone].dataset != VLM_DATASET):
+            chosen[b.backbone] = b
+    return {k: (b,) for k, b in chosen.items()}, blocks + ref.ens_vlm(path), f" (trained on {VLM_DATASET})"
 
 
 def compare(kind: str, blocks: list[Block], columns: Sequence[Column], metrics: Sequence[str],
@@ -190,9 +198,12 @@ def compare(kind: str, blocks: list[Block], columns: Sequence[Column], metrics: 
     if mapped and benches and spec.metric in metrics:
         blocks = [Block(b.family, b.backbone, _paper_rows(b, paper[b.backbone], columns, benchmarks, spec),
                         b.base_sources) if b.backbone in paper else b for b in blocks]
+        ring = any(r.kind == "paper" and next(p for p in paper[b.backbone] if p.row(r.group)).table == "n3"
+                   for b in blocks if b.backbone in paper for r in b.rows)
         notes.append(f"--reference paper: rows marked (paper) hold the paper's printed values for "
                      f"{', '.join(sorted({b.backbone or '' for b in mapped}))}{trained} on "
-                     f"{', '.join(spec.columns[b] for b in benches)} ({spec.metric_name} columns only; not ranked).")
+                     f"{', '.join(spec.columns[b] for b in benches)} ({spec.metric_name} columns only; not ranked)"
+                     + ("; three-agent rows from the paper's three-agent ring table." if ring else "."))
         return Comparison(blocks, notes, [spec.protocol + "."], own_blocks, owns)
     if not mapped:
         why = (f"none of our backbones ({', '.join(b.family for b in blocks)}) is a paper backbone "
@@ -207,6 +218,7 @@ def compare(kind: str, blocks: list[Block], columns: Sequence[Column], metrics: 
         shown_words = f"the paper's {backbone} blocks are shown on their own"
     notes.append(f"--reference paper: nothing to compare, {why}; {shown_words}.")
     if backbone is None:
-        notes.append(f"{spec.backbones_words}: {', '.join(paper)}; pick one with --backbone NAME.")
+        names = dict.fromkeys(b.backbone for b in everything if b.backbone)  # what --backbone accepts
+        notes.append(f"{spec.backbones_words}: {', '.join(names)}; pick one with --backbone NAME.")
         return Comparison(blocks, notes, [], everything, owns)
     return Comparison(blocks, notes, [], own_blocks, owns)  # the paper's table carries its own protocol line

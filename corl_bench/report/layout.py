@@ -15,8 +15,9 @@ Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
 
 Rules: one :class:`Block` per agent family. A block starts with Base (the base-phase evaluation of that family,
 per seed from the block's runs in row order), then one row per (method, cohort) in the order the methods declare
-(``table_order``, then the order of their ``cohort_labels``), labelled ``Method.row_label(cohort)``; methods this
-installation cannot describe come last under their raw name (:mod:`corl_bench.report.methods`). Methods with
+(``table_order``, then the order of their ``cohort_labels``), labelled ``Method.row_label(cohort)`` (a run whose
+cohort names its paper row, run.json ``paper_row``, takes the label of that row's named cohort: "Co-RL
+(cross-family)" for ``paper-cross-family``); methods this installation cannot describe come last under their raw name (:mod:`corl_bench.report.methods`). Methods with
 ``independent_agents`` train every agent of a cohort on its own, so each of their agents lands in the block of its
 family; a (label, family, seed) found in two cohorts is kept once (cohort ``single`` first, then by cohort name)
 with a warning. A multi-agent run with several agents of one family gives one row per agent. Tagged runs
@@ -78,10 +79,11 @@ def check_reference(reference: Optional[str], backbone: Optional[str], path: Opt
 
 
 # ------------------------------------------------------------------------------------------ rows and blocks
-def _label(view: MethodView, cohort: str, multi_cohort: set[str]) -> tuple[tuple[int, int], str]:
-    """(order key, base label) of a (method, cohort): ``Method.row_label(cohort)``, plus the cohort for a method
-    with one label that ran in several cohorts with agents that train together."""
-    order, label = view.row(cohort)
+def _label(view: MethodView, cohort: str, multi_cohort: set[str], paper_row: str = "") -> tuple[tuple[int, int], str]:
+    """(order key, base label) of a (method, cohort): ``Method.row_label(cohort)`` (of the paper row's cohort when
+    the run names one), plus the cohort for a method with one label that ran in several cohorts with agents that train
+    together."""
+    order, label = view.row(cohort, paper_row)
     if view.name in multi_cohort:
         label = f"{label} ({cohort})"
     return order, label
@@ -130,7 +132,7 @@ def _groups(results: Sequence[AgentResult], warnings: list[str]) -> list[_Group]
                  if not views[r.method].independent and family_count[(r.run_id, r.family)] > 1}
     buckets: dict[tuple[str, tuple[int, int], str, str, str], list[AgentResult]] = {}
     for r in results:
-        order, label = _label(views[r.method], r.cohort, multi_cohort)
+        order, label = _label(views[r.method], r.cohort, multi_cohort, r.paper_row)
         agent = r.agent if (r.method, r.cohort, r.tag, r.family) in per_agent else ""
         buckets.setdefault((r.family, order, label, agent, r.tag), []).append(r)
     groups = []

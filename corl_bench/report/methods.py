@@ -53,13 +53,16 @@ class MethodView:
         """Whether the method names its cohorts itself (``cohort_labels``)."""
         return bool(self.cohorts)
 
-    def row(self, cohort: str) -> tuple[tuple[int, int], str]:
+    def row(self, cohort: str, paper_row: str = "") -> tuple[tuple[int, int], str]:
         """(sort key, base label) of this method trained on ``cohort``: ``(table_order, index of the cohort in
-        cohort_labels, or their count)`` and ``Method.row_label(cohort)``."""
+        cohort_labels, or their count)`` and ``Method.row_label(cohort)``. A run whose cohort names the paper row it
+        reproduces (run.json ``paper_row``) is labelled like that row's named cohort
+        (:func:`corl_bench.method.labelled_cohort`)."""
         if not self.known:
             return (self.order, 0), f"{self.name} ({cohort})"
-        from corl_bench.method import mirrored_cohort  # loaded with the method class already
+        from corl_bench.method import labelled_cohort, mirrored_cohort  # loaded with the method class already
 
+        cohort = labelled_cohort(cohort, paper_row)
         kind = cohort if cohort in self.cohorts else mirrored_cohort(cohort)  # a VLM cohort: its text twin
         index = self.cohorts.index(kind) if kind in self.cohorts else len(self.cohorts)
         try:

@@ -8,7 +8,10 @@ Public API (pure Python, no torch):
 * :func:`backbones` ``(path=None) -> tuple[str, ...]`` - the backbone names of that table.
 * :func:`backbone_for` ``(name) -> str | None`` - the paper backbone an agent family / model name stands for
   (:data:`BACKBONES`; empty for the micro families, which are not the paper's models).
-* :func:`our_label` ``(paper_label) -> str`` - the paper's row label in our table's words (:data:`PAPER_LABELS`).
+* :func:`our_label` ``(paper_label, table="llmMain") -> str`` - the paper's row label in our table's words
+  (:data:`PAPER_LABELS`; the three-agent table's Co-RL rows are our "Co-RL (three agents)", :data:`TABLE_LABELS`).
+* :func:`n3` ``(path=None) -> tuple[PaperBlock, ...]`` - the paper's three-agent ring table (``n3``): one block per
+  agent's backbone (Qwen2.5-3B, Llama-3.2-3B-Instruct, Qwen3-1.7B), Base/GT-Reward/TTRL repeated from the main table.
 * :data:`PAPER_BENCHMARKS` - our benchmark key -> the paper's column name.
 * :func:`vlm_main` ``(path=None) -> tuple[PaperBlock, ...]`` - the paper's vision-language tables (``vlmSmall``, then
   ``vlmLarge``): one block per (backbone, training set), columns ``benchVLM``; :func:`ens_vlm` - its test-time
@@ -31,7 +34,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["BACKBONES", "PAPER_BENCHMARKS", "PAPER_ENS_VLM_PROTOCOL", "PAPER_LABELS", "PAPER_PROTOCOL", "PAPER_RESULTS",
            "PAPER_VLM_BENCHMARKS", "PAPER_VLM_PROTOCOL", "PaperBlock", "PaperRow", "VLM_BENCHMARKS", "backbone_for",
-           "backbones", "blocks_of", "ens_vlm", "llm_main", "load_paper", "our_label", "vlm_backbones", "vlm_main"]
+           "backbones", "blocks_of", "ens_vlm", "llm_main", "load_paper", "n3", "our_label", "vlm_backbones",
+           "vlm_main"]
 
 #: Where the paper's tables live: package data beside this module, so an installed wheel has them (copied verbatim
 #: from the paper's website data; see paper-results.md beside it).
@@ -62,6 +66,8 @@ BACKBONES: dict[str, str] = {
     "meta-llama/Llama-3.2-3B-Instruct": "Llama-3.2-3B-Instruct", "Llama-3.2-3B-Instruct": "Llama-3.2-3B-Instruct",
     "Qwen/Qwen2.5-7B": "Qwen2.5-7B", "Qwen2.5-7B": "Qwen2.5-7B",
     "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B-Instruct", "Llama-3.1-8B-Instruct": "Llama-3.1-8B-Instruct",
+    "Qwen/Qwen3-1.7B-Base": "Qwen3-1.7B", "Qwen3-1.7B-Base": "Qwen3-1.7B", "Qwen/Qwen3-1.7B": "Qwen3-1.7B",
+    "Qwen3-1.7B": "Qwen3-1.7B",  # only in the three-agent table
     "Qwen/Qwen2.5-VL-3B-Instruct": "Qwen2.5-VL-3B", "Qwen2.5-VL-3B-Instruct": "Qwen2.5-VL-3B",
     "Qwen2.5-VL-3B": "Qwen2.5-VL-3B",
     "OpenGVLab/InternVL3_5-2B": "InternVL-3.5-2B", "OpenGVLab/InternVL3_5-2B-HF": "InternVL-3.5-2B",
@@ -79,6 +85,10 @@ PAPER_LABELS: dict[str, str] = {
     "Co-RL (Different family)": "Co-RL (cross-family)",
     "Co-RL (Different family+)": "Co-RL (cross-family+)",
 }
+
+#: Per paper table, row labels that mean something else there: the three-agent table prints its Co-RL rows as
+#: "Co-RL (Different family)", which are the rows of our three-agent ring (cohort.paper_row three-agent).
+TABLE_LABELS: dict[str, dict[str, str]] = {"n3": {"Co-RL (Different family)": "Co-RL (three agents)"}}
 
 #: How the paper's text numbers were produced (docs: shared/reference/corl-paper-and-code.md, sections 3-5).
 PAPER_PROTOCOL = ("paper: sampled at T 0.6, top-p 0.95, one sample per problem (AMC avg@8), 3072-token cap; "
@@ -141,7 +151,7 @@ class PaperBlock:
     def row(self, our_row_label: str) -> Optional[PaperRow]:
         """The paper row that our label ``our_row_label`` (e.g. "Co-RL (cross-family)") stands for, if any."""
         for row in self.rows:
-            if our_label(row.label) == our_row_label:
+            if our_label(row.label, self.table) == our_row_label:
                 return row
         return None
 
@@ -153,9 +163,11 @@ class PaperBlock:
         return row.values[self.columns.index(column)]
 
 
-def our_label(paper_label: str) -> str:
-    """The paper's row label in our words ("Co-RL (Different family)" -> "Co-RL (cross-family)")."""
-    return PAPER_LABELS.get(paper_label, paper_label)
+def our_label(paper_label: str, table: str = "llmMain") -> str:
+    """The paper's row label in our words ("Co-RL (Different family)" -> "Co-RL (cross-family)"; in the three-agent
+    table ``n3``, "Co-RL (three agents)")."""
+    label = TABLE_LABELS.get(table, {}).get(paper_label)
+    return label if label is not None else PAPER_LABELS.get(paper_label, paper_label)
 
 
 def backbone_for(name: str) -> Optional[str]:
@@ -203,6 +215,20 @@ def llm_main(path: str | Path | None = None) -> tuple[PaperBlock, ...]:
     except (KeyError, TypeError, ValueError) as exc:
         raise _malformed("llmMain", exc) from None
     return tuple(blocks)
+
+
+def n3(path: str | Path | None = None) -> tuple[PaperBlock, ...]:
+    """The paper's three-agent ring table as blocks (one per agent's backbone, paper order, columns ``benchText``);
+    ValueError if the data is malformed."""
+    data = load_paper(path)
+    try:
+        columns = tuple(str(c) for c in data["benchText"])
+        return tuple(PaperBlock(str(block["model"]), "", columns,
+                                tuple(_row(r, "method", columns, "benchText") for r in block["rows"]), table="n3",
+                                heading=f"{block['model']}, three-agent ring")
+                     for block in data["n3"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _malformed("n3", exc) from None
 
 
 #: The paper's vision-language tables: key in paper-results.json -> tier.

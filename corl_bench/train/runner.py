@@ -67,8 +67,10 @@ def resolve(cfg: Config) -> Plan:
         _lookup(PROFILES, cfg.model.profile, "model.profile")
     method_cls = _lookup(METHODS, cfg.method.name, "method.name")
     cohort = cfg.cohort
-    if not cohort.agents:
+    if not cohort.agents:  # a registered cohort (cohort.paper_row, when set, still names its paper row)
         cohort = _lookup(COHORTS, cohort.name, "cohort.name")
+        if cfg.cohort.paper_row:
+            cohort = dataclasses.replace(cohort, paper_row=cfg.cohort.paper_row)
     profile_name = cfg.model.profile
     if profile_name == DEFAULT_PROFILE and cohort.profile:  # the default profile gives way to the cohort's own
         profile_name = cohort.profile
@@ -89,6 +91,7 @@ def resolve(cfg: Config) -> Plan:
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
     method_cls.check_cohort(cohort.agents, cohort.name)
+    _check_paper_row(cohort)
     options = method_cls.parse_options(cfg.method.options)
     method_cls(options, cohort.agents).generation_n(cfg.rollout.samples_per_prompt)  # option/rollout consistency
     for b in cfg.eval.benchmarks:
@@ -165,6 +168,27 @@ def _check_devices(cfg: Config) -> None:
                 machine_problem(str(e))
 
 
+def _check_paper_row(cohort: Any) -> None:
+    """One-line ConfigError when ``cohort.paper_row`` names a paper row whose design the agents do not have (two
+    agents, or three on the ring; one family or several; a rephrased view only in different-family+)."""
+    row, agents = cohort.paper_row, cohort.agents
+    if not row:
+        return
+    want, families = 3 if row == "three-agent" else 2, {a.family for a in agents}
+    misfit = ""
+    if len(agents) != want:
+        misfit = f"has {want} agents (got {len(agents)})"
+    elif row == "same-family" and len(families) > 1:
+        misfit = "has one family twice (got several)"
+    elif row.startswith("different-family") and len(families) < 2:
+        misfit = "has agents of different families (got one)"
+    elif sum(a.view == "rephrased" for a in agents) != (row == "different-family+"):
+        misfit = "has one agent on the rephrased view" if row.endswith("+") else "has no rephrased view"
+    if misfit:
+        raise ConfigError(f"cohort {cohort.name!r}: the paper's {row} row {misfit}; fix the agents or leave "
+                          "cohort.paper_row out")
+
+
 def _check_engine_options(engine_cls: Any, backend: str, options: Any) -> None:
     """rollout.engine_options must be keyword options of the engine's constructor (one line naming them if not)."""
     import inspect
@@ -200,13 +224,22 @@ def default_run_id(cfg: Config) -> str:
     return f"{cfg.method.name}-{cfg.cohort.name}{tag}-s{cfg.run.seed}-{stamp}"
 
 
-def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    """Dotted paths whose values differ between two config dicts, with both values."""
+#: Config fields that only say how a run is shown, never how it trains: a run resumes whatever they hold now (a run
+#: started before ``cohort.paper_row`` existed resumes under a cohort that names its paper row; its record keeps
+#: what it was started with).
+RESUME_IGNORES = frozenset({"cohort.paper_row"})
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "",
+                ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Dotted paths whose values differ between two config dicts, with both values (paths in ``ignore`` skipped)."""
     out = []
     for key in sorted(set(old) | set(new)):
         a, b, path = old.get(key), new.get(key), f"{prefix}{key}"
+        if path in ignore:
+            continue
         if isinstance(a, dict) and isinstance(b, dict):
-            out += config_diff(a, b, path + ".")
+            out += config_diff(a, b, path + ".", ignore)
         elif a != b:
             out.append(f"{path} ({a!r} -> {b!r})")
     return out
@@ -231,7 +264,7 @@ def stored_config(run_dir: Path) -> dict[str, Any]:
 
 def check_resumable(run_dir: Path, cfg: Config) -> dict[str, Any]:
     """run.json of ``run_dir`` if ``cfg`` is the config it was started with; one-line ConfigError naming changes."""
-    changed = config_diff(stored_config(run_dir), cfg.to_dict())
+    changed = config_diff(stored_config(run_dir), cfg.to_dict(), ignore=RESUME_IGNORES)
     if changed:
         shown = "; ".join(changed[:4]) + (f"; and {len(changed) - 4} more" if len(changed) > 4 else "")
         raise ConfigError(f"cannot resume {run_dir}: the config changed: {shown}; resume with the original config "
@@ -247,8 +280,8 @@ def find_interrupted(output_dir: Path, cfg: Config) -> Path | None:
     found = []
     for rd in (RunDir(p) for p in output_dir.iterdir() if p.is_dir()):
         try:
-            if rd.is_run() and rd.info().get("status") != "finished" and not config_diff(stored_config(rd.path),
-                                                                                           want):
+            if rd.is_run() and rd.info().get("status") != "finished" and not config_diff(
+                    stored_config(rd.path), want, ignore=RESUME_IGNORES):
                 found.append(rd.path)
         except (OSError, ValueError, ConfigError):
             continue
@@ -320,6 +353,8 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                 "started_at": now_iso(),
                 "agents": [{"name": a.name, "family": a.family, "view": a.view} for a in cfg.cohort.agents],
                 "steps": cfg.run.steps, "phases": [], "timings": {}}
+        if cfg.cohort.paper_row:  # the paper's row the cohort reproduces: the table labels the run by it
+            info["paper_row"] = cfg.cohort.paper_row
     started = time.time() - float(info.get("wall_seconds") or 0.0)
     rd = RunDir(run_dir)
     with run_lock(run_dir):
