@@ -138,6 +138,8 @@ def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (de
     n = plan.method_cls(plan.options, cfg.cohort.agents).generation_n(k)
     typer.echo(dump_config(cfg), nl=False)
     agents = len(cfg.cohort.agents)
+    for note in plan.notes:
+        console.print(f"[cyan]{plan.config.model.profile} profile:[/] {note}", highlight=False, soft_wrap=True)
     console.print(f"[green]valid.[/] {agents} agent(s); per step and agent: {cfg.rollout.prompts_per_step} prompts "
                   f"x {n} generated ({k} trained) = {cfg.rollout.prompts_per_step * k} trained completions; "
                   f"{cfg.run.steps} steps", highlight=False)

@@ -18,11 +18,8 @@ This module never imports torch.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import difflib
-import logging
 import re
 import types
 import typing
@@ -32,6 +29,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
+
+from corl_bench.errors import ConfigError, MachineError, checking_for_elsewhere, machine_problem  # noqa: F401
 
 #: The paper's rows a cohort can reproduce (``cohort.paper_row``) -> the named cohort of that design, whose row label
 #: a table gives it ("Co-RL (cross-family)"), so ``--reference paper`` puts the paper's row of that kind beside it.
@@ -66,37 +65,6 @@ def resolve_loss_agg(mode: str) -> str:
 
 #: Checkpoint-selection rules of ``eval.select`` (named here, torch-free; corl_bench.train.select implements them).
 SELECT_RULES = ("final", "dev", "label-free", "test-oracle")
-
-
-class ConfigError(ValueError):
-    """A configuration problem; ``str(e)`` is one line naming the field and the fix."""
-
-
-class MachineError(ConfigError):
-    """What the config needs and this machine lacks (a CUDA device, a local data copy with the hub unreachable, a
-    model that is neither cached nor downloadable). ``run`` and ``validate`` refuse it; ``validate --elsewhere``
-    (checking a config for another machine) reports it as a warning instead (:func:`machine_problem`)."""
-
-
-_ELSEWHERE = contextvars.ContextVar("corl_bench_elsewhere", default=False)
-
-
-@contextlib.contextmanager
-def checking_for_elsewhere() -> Any:
-    """Within this block, :func:`machine_problem` warns instead of raising (``corl-bench validate --elsewhere``)."""
-    token = _ELSEWHERE.set(True)
-    try:
-        yield
-    finally:
-        _ELSEWHERE.reset(token)
-
-
-def machine_problem(message: str) -> None:
-    """Raise :class:`MachineError` (one line), or log it as a warning while checking a config for another machine."""
-    if _ELSEWHERE.get():
-        logging.getLogger("corl_bench").warning("on this machine: %s", message)
-        return
-    raise MachineError(message)
 
 
 def _check(cond: bool, msg: str) -> None:

@@ -3,7 +3,7 @@
 
     python scripts/estimate_memory.py                                  # the paper's three models, configs/paper settings
     python scripts/estimate_memory.py --model path/to/config.json --micro-batch 4 --max-batch 64
-    python scripts/estimate_memory.py --model smol --prompts 8 --samples 8 --new-tokens 256 --prompt-tokens 40 \\
+    python scripts/estimate_memory.py --model smol --new-tokens 256 --prompt-tokens 40 \\
         --micro-batch 8 --logit-chunk 0 --no-checkpointing                      # the shape bench_memory.py measures
 
 An agent holds, during training, its parameters, their gradients and AdamW's two moments (all in ``--dtype``;
@@ -18,7 +18,8 @@ layer, the formula gives 54 KiB for SmolLM2); without it every layer keeps those
 whole micro-batch at once. These are estimates: allocator slack, CUDA context (~0.5-1 GB) and fragmentation come on
 top; the checks against measured peaks are in the README.
 
-Architectures: the paper's models are written here from their published config.json files (hidden size, layers,
+The estimate itself is :mod:`corl_bench.hf.fit` (the hf profile sizes its defaults and refuses a step that does not
+fit with it). Architectures: the paper's models are written there from their published config.json files (hidden size, layers,
 heads, KV heads, head dim, intermediate size, vocabulary, tied embeddings); ``--model`` also takes a config.json
 path, a model folder or an installed model entry (``smol``, ``gemma3-270m``: read from the dequantised cache).
 """
@@ -28,101 +29,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-@dataclass(frozen=True)
-class Arch:
-    name: str
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    tied: bool
+from corl_bench.hf.fit import KNOWN, Arch, estimate  # noqa: E402  (the library's estimate)
 
-    @property
-    def params(self) -> int:
-        """Decoder parameters: attention (q, k, v, o; biases ignored), gated MLP (3 matrices), norms, embeddings."""
-        attn = self.hidden * self.head_dim * (self.heads * 2 + self.kv_heads * 2)
-        mlp = 3 * self.hidden * self.intermediate
-        per_layer = attn + mlp + 2 * self.hidden
-        emb = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * per_layer + emb + self.hidden
-
-    def kv_bytes_per_token(self, bytes_per_value: int) -> int:
-        return self.layers * 2 * self.kv_heads * self.head_dim * bytes_per_value
-
-
-#: From the published config.json of each model (huggingface.co/<id>/blob/main/config.json).
-PAPER = {
-    "Qwen/Qwen2.5-3B": Arch("Qwen/Qwen2.5-3B", 2048, 36, 16, 2, 128, 11008, 151936, True),
-    "meta-llama/Llama-3.2-3B-Instruct": Arch("meta-llama/Llama-3.2-3B-Instruct", 3072, 28, 24, 8, 128, 8192, 128256,
-                                             True),
-    "Qwen/Qwen3-1.7B-Base": Arch("Qwen/Qwen3-1.7B-Base", 2048, 28, 16, 8, 128, 6144, 151936, True),
-}
+PAPER = {k: v for k, v in KNOWN.items() if "/" in k}
+"""The paper's models (published config.json values)."""
 
 
 #: rollout.max_batch of configs/paper per model (the KV cache of 8-KV-head models is 4x Qwen2.5-3B's per token).
 PAPER_MAX_BATCH = {"Qwen/Qwen2.5-3B": 96, "meta-llama/Llama-3.2-3B-Instruct": 32, "Qwen/Qwen3-1.7B-Base": 32}
 
 
-def from_config(path: Path, name: str) -> Arch:
-    c = json.loads(path.read_text(encoding="utf-8"))
-    c = c.get("text_config", c)
-    hidden = c["hidden_size"]
-    heads = c["num_attention_heads"]
-    return Arch(name, hidden, c["num_hidden_layers"], heads, c.get("num_key_value_heads", heads),
-                c.get("head_dim") or hidden // heads, c["intermediate_size"], c["vocab_size"],
-                bool(c.get("tie_word_embeddings", True)))
-
-
 def resolve_arch(ref: str) -> Arch:
-    if ref in PAPER:
-        return PAPER[ref]
-    path = Path(ref)
-    if path.is_file():
-        return from_config(path, path.parent.name)
-    if (path / "config.json").is_file():
-        return from_config(path / "config.json", path.name)
-    from corl_bench.eval.models import ENTRIES, entry_dir
+    from corl_bench.hf.fit import arch_of
     from corl_bench.micro.profile import default_cache_root
 
-    if ref in ENTRIES:
-        folder = entry_dir(ref, default_cache_root())
-        if (folder / "config.json").is_file():
-            return from_config(folder / "config.json", ref)
-        raise SystemExit(f"{ref}: not dequantised yet; run `corl-bench eval {ref} -b gsm8k --max-problems 1` once")
-    raise SystemExit(f"unknown model {ref!r}: pass one of {', '.join(PAPER)}, a config.json, a folder or a model entry")
-
-
-def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, micro_batch: int, logit_chunk: int,
-             checkpointing: bool, max_batch: int) -> dict[str, float]:
-    gb = 1e9
-    n = a.params
-    tokens = prompt_tokens + new_tokens
-    weights = n * dtype_bytes
-    train_state = n * dtype_bytes * 3  # gradients + AdamW exp_avg + exp_avg_sq, in the parameter dtype
-    per_token_layer = (16 * a.hidden + 3 * a.intermediate) * dtype_bytes  # one layer's saved intermediates per token
-    rows = micro_batch * tokens
-    if checkpointing:
-        acts = rows * a.hidden * dtype_bytes * a.layers + rows * per_token_layer
-    else:
-        acts = rows * per_token_layer * a.layers
-    logit_rows = logit_chunk if logit_chunk > 0 else micro_batch * new_tokens
-    logits = logit_rows * a.vocab * 4 * 3
-    kv = max_batch * tokens * a.kv_bytes_per_token(dtype_bytes)
-    train_peak = weights + train_state + acts + logits
-    rollout_peak = weights + train_state + kv  # optimiser state stays resident while the agent generates
-    return {"params_B": n / 1e9, "weights": weights / gb, "grads+adamw": train_state / gb, "activations": acts / gb,
-            "logits": logits / gb, "kv_cache": kv / gb, "train_peak": train_peak / gb, "rollout_peak": rollout_peak / gb,
-            "peak": max(train_peak, rollout_peak) / gb}
+    arch = arch_of(ref, default_cache_root())
+    if arch is None:
+        raise SystemExit(f"unknown model {ref!r}: pass one of {', '.join(KNOWN)}, a config.json, a folder or a cached "
+                         "hub id")
+    return arch
 
 
 def main() -> None:

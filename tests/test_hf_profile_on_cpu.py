@@ -217,7 +217,8 @@ def test_validate_takes_the_cohorts_profile_and_checks_the_data(tiny_folder, tmp
                      f"data.data_dir={FIXTURES}", "data.train=gsm8k-train")
     assert plan.config.model.profile == "hf"
     with pytest.raises(ConfigError) as e:  # the micro suite is not an hf benchmark
-        _validate("method.name=ttrl", "cohort.name=mine", "model.profile=hf", agents, f"data.data_dir={FIXTURES}")
+        _validate("method.name=ttrl", "cohort.name=mine", "model.profile=hf", agents, f"data.data_dir={FIXTURES}",
+                  "eval.benchmarks=[micro-dev]")  # (micro-test is the global default: hf replaces it by its own)
     assert "eval.benchmarks=[gsm8k]" in one_line(e.value)
     with pytest.raises(ConfigError) as e:
         _validate("method.name=ttrl", "cohort.name=mine", "model.profile=hf", agents, "eval.benchmarks=[gsm8k]",

