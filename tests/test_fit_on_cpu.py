@@ -114,6 +114,11 @@ def test_validate_says_what_the_hf_profile_chose_on_a_cpu_on_cpu(tmp_path, monke
     for note in ("eval.max_problems=20", "rollout.prompts_per_step=8", "rollout.max_new_tokens=128",
                  "grpo.logit_chunk=256", "estimated peak of a training step"):
         assert note in res.stderr, res.stderr
+    # the paper's 3B models are in no cache here; offline (as in CI) that is a warning for another machine, not a refusal
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     paper = CliRunner().invoke(app, ["validate", "--elsewhere", str(REPO / "configs" / "paper" / "corl-cross-family.yaml")])
     assert paper.exit_code == 0, paper.output
+    assert "Qwen/Qwen2.5-3B' is not in the local Hugging Face cache" in paper.stderr
+    here = CliRunner().invoke(app, ["validate", str(REPO / "configs" / "paper" / "corl-cross-family.yaml")])
+    assert here.exit_code == 2 and "HF_HUB_OFFLINE is set" in here.output, here.output  # on this machine: refused
     assert "max_problems: 0" in paper.stdout and "prompts_per_step: 128" in paper.stdout  # the paper's sizes kept

@@ -296,10 +296,11 @@ def check_ref(ref: str, *, families: bool = False) -> str:
                               f"or one of: {', '.join(ENTRIES)}")
     elif k == "hub":
         if hub_snapshot(ref) is None:
-            if hub_offline():
-                raise ConfigError(f"model {ref!r} is not in the local Hugging Face cache ({hub_cache_dirs()[0]}) and "
-                                  f"HF_HUB_OFFLINE is set: fetch it where the hub is reachable (hf download "
-                                  f"{ref.partition('@')[0]}) and copy the cache here, or pass a local folder")
+            if hub_offline():  # a fact of this machine: validate --elsewhere warns, everything else refuses
+                machine_problem(f"model {ref!r} is not in the local Hugging Face cache ({hub_cache_dirs()[0]}) and "
+                                f"HF_HUB_OFFLINE is set: fetch it where the hub is reachable (hf download "
+                                f"{ref.partition('@')[0]}) and copy the cache here, or pass a local folder")
+                return k
             from corl_bench.hub import unreachable_reason
 
             reason = unreachable_reason()
