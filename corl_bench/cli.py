@@ -411,6 +411,61 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
 
 
 @app.command()
+def warmstart(families: Optional[list[str]] = typer.Argument(None, help="micro families (default: every one that "
+                                                             "ships a checkpoint)"),
+              verify: bool = typer.Option(False, "--verify", help="rebuild from scratch in a temporary folder and "
+                                          "compare with the shipped checkpoint (weights' sha256, stop step, dev acc.)"),
+              write: bool = typer.Option(False, "--write", help="warm-start here (the cached build is reused) and "
+                                         "write it into corl_bench/micro/checkpoints/ (after changing a recipe)"),
+              verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    """The shipped micro checkpoints: list them, check that a rebuild on this machine matches them (--verify; exit 1
+    when one differs: the shipped one stays in use), or rebuild and ship them (--write)."""
+    import tempfile
+
+    from corl_bench.micro import shipped
+
+    _setup_logging(verbose)
+    say = Console() if Console().is_terminal else Console(width=160)
+    if verify and write:
+        _fail("pass --verify or --write, not both")
+    try:
+        names = list(families or shipped.shipped_families())
+        for f in names:
+            shipped.profile_for(f)  # an unknown family is a one-line error before anything is built
+        if write:
+            for f, path in shipped.ship(names).items():
+                man = shipped.manifest(f)
+                say.print(f"{f}: wrote {path} ({man['steps']} warm-start steps, fingerprint {man['fingerprint']})",
+                          highlight=False)
+            return
+        if verify:
+            with tempfile.TemporaryDirectory(prefix="corl-bench-verify-") as tmp:
+                say.print(f"rebuilding {', '.join(names)} from scratch (minutes per family) ...", highlight=False)
+                results = shipped.verify(names, Path(tmp))
+            for f, r in results.items():
+                same = r["same_weights"] and r["same_steps"]
+                verdict = "matches the shipped checkpoint" if same else "DIFFERS from the shipped checkpoint (the " \
+                    "shipped one stays in use)"
+                say.print(f"{f}: {verdict}: stop step {r['steps'][0]} shipped / {r['steps'][1]} rebuilt, dev greedy "
+                          f"{r['dev'][0]} / {r['dev'][1]}, weights sha256 {r['sha256'][0]} / {r['sha256'][1]}",
+                          highlight=False)
+            if not all(r["same_weights"] and r["same_steps"] for r in results.values()):
+                raise typer.Exit(1)
+            return
+        for f in names:
+            man = shipped.manifest(f)
+            prof = shipped.profile_for(f)
+            current = prof.fingerprint(prof.family(f))
+            state = "no shipped checkpoint (warm-started in the cache)" if man is None else (
+                f"shipped, {man['steps']} warm-start steps, dev greedy {man['dev_checks'][-1][1]}, fingerprint "
+                f"{man['fingerprint']}" + ("" if man["fingerprint"] == current else
+                                           f" (STALE: the recipe's is {current}; corl-bench warmstart --write {f})"))
+            say.print(f"{f}: {state}", highlight=False)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+
+
+@app.command()
 def ensemble(runs: list[str] = typer.Argument(..., help="RUN_DIR:agent RUN_DIR:agent, or one RUN_DIR with two agents"),
              benchmark: str = typer.Option(..., "--benchmark", "-b"),
              phase: str = typer.Option("final", "--phase", help="base or final predictions of the runs"),

@@ -98,8 +98,13 @@ class ModelConfig:
     """let transformers run a model folder's own Python code (hf profile); off unless you trust the folder"""
     threads: int = 0
     """torch intra-op threads for the controller process; 0 = one per core"""
+    micro_checkpoints: str = "shipped"
+    """micro profiles: ``shipped`` (the warm-started checkpoints that ship with corl-bench, the ones its README and
+    studies were measured on) or ``build`` (warm-start each family on this machine, cached under ``cache_dir``)"""
 
     def __post_init__(self) -> None:
+        _check(self.micro_checkpoints in ("shipped", "build"), f"model.micro_checkpoints must be shipped or build "
+               f"(got {self.micro_checkpoints!r}); set model.micro_checkpoints=shipped")
         _check(self.dtype in ("float32", "bfloat16", "auto"),
                f"model.dtype must be float32, bfloat16 or auto (got {self.dtype!r}); set model.dtype=auto")
         _check(_valid_device(self.device), f"model.device must be auto, cpu, cuda or cuda:N (got {self.device!r}); "

@@ -1,9 +1,12 @@
 """The micro profile: where a run's models, training prompts and benchmarks come from when nothing can be downloaded.
 
-Checkpoints are cached under ``<cache>/micro-v<CACHE_VERSION>/<family>-<fingerprint>/`` as ordinary
-``save_pretrained`` folders; the fingerprint hashes the family definition, so changing a family rebuilds it and two
-definitions never share a folder. Missing checkpoints are warm-started in parallel, one single-threaded child process
-(``python -m corl_bench.micro.build``) per family (single-threaded so the rebuild is bit-identical on the same machine), written to a temporary folder and
+The built-in families' warm-started checkpoints ship with the project (:mod:`corl_bench.micro.shipped`) and are read
+from there (``model.micro_checkpoints=shipped``, the default). Any other family, a changed recipe, or
+``model.micro_checkpoints=build`` is warm-started on this machine and cached under
+``<cache>/micro-v<CACHE_VERSION>/<family>-<fingerprint>/`` as an ordinary ``save_pretrained`` folder; the fingerprint
+hashes the family definition, so changing a family rebuilds it and two definitions never share a folder. Missing
+checkpoints are warm-started in parallel, one single-threaded child process (``python -m corl_bench.micro.build``)
+per family (single-threaded so the rebuild is bit-identical on the same machine), written to a temporary folder and
 renamed into place, so an interrupted build never leaves a half checkpoint behind.
 """
 
@@ -99,6 +102,7 @@ class MicroProfile:
         cfg = model_cfg or ModelConfig()
         self.cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
         self.dtype = cfg.dtype
+        self.use_shipped = cfg.micro_checkpoints == "shipped"
 
     # ------------------------------------------------------------------ models
     def family(self, name: str) -> Family:
@@ -113,6 +117,19 @@ class MicroProfile:
         return fingerprint(family)
 
     def checkpoint_dir(self, family: str) -> Path:
+        """The shipped checkpoint of ``family`` (:mod:`corl_bench.micro.shipped`) when one ships for its recipe and
+        ``model.micro_checkpoints=shipped``; else its folder in the cache (warm-started there when missing)."""
+        fam = self.family(family)
+        if self.use_shipped:
+            from corl_bench.micro import shipped
+
+            found = shipped.find(fam.name, self.fingerprint(fam))
+            if found is not None:
+                return found
+        return self.build_dir(family)
+
+    def build_dir(self, family: str) -> Path:
+        """Where this machine's warm start of ``family`` is cached."""
         fam = self.family(family)
         return self.cache_root / f"micro-v{CACHE_VERSION}" / f"{fam.name}-{self.fingerprint(fam)}"
 
