@@ -4,7 +4,7 @@
 # Then: corl-bench table -r OUT --metric greedy,avg_k ; corl-bench probe qwen2vl-micro llava-micro -b micro-visual-test
 set -euo pipefail
 OUT=${1:-results/visual-world}
-CLI=${CORL_BENCH:-corl-bench}
+CLI=${CORL_BENCH:-$(command -v corl-bench || echo .venv/bin/corl-bench)}
 run() {  # run TAG ARGS...: one run, skipped when a finished run with this tag exists
   local tag=$1; shift
   if grep -qs '"status": "finished"' "$OUT"/runs/*-"$tag"-s*/run.json; then echo "done: $tag"; return; fi
