@@ -340,8 +340,8 @@ def _load_builtin_cohorts(reg: Registry[CohortConfig]) -> None:
 def _load_builtin_benchmarks(reg: Registry[Any]) -> None:
     """Parse every shipped ``benchmarks/*.yaml`` into a BenchmarkSpec (all files first, so that one bad file
     registers nothing); a bad file is a one-line ConfigError naming it, the field and the fix."""
-    from corl_bench.eval.specs import spec_from_yaml  # light: no torch
-
+    spec_from_yaml = load_object("corl_bench.eval.specs:spec_from_yaml")  # light (no torch); by name, as specs
+    # itself imports this module for the extractor, grader and converter names
     files = sorted((f for f in resources.files("corl_bench.benchmarks").iterdir() if f.name.endswith(".yaml")),
                    key=lambda f: f.name)
     specs = [spec_from_yaml(f"benchmarks/{f.name}", f.read_text(encoding="utf-8")) for f in files]

@@ -8,7 +8,7 @@ benchmark's name or its hub dataset. The built-ins:
     columns        (the default when a spec names none) ``datasets.load_dataset`` rows, columns renamed by
                    ``source.fields``, the answer cut after ``source.answer_after`` (GSM8K's "####")
     gpqa           ``Idavidrein/gpqa`` rows -> the local copy's schema, options in the paper's order
-                   (:func:`corl_bench.eval.data.gpqa_rows`)
+                   (:func:`corl_bench.eval.gpqa.gpqa_rows`)
     livecodebench  ``livecodebench/code_generation_lite``: the release's files downloaded with ``huggingface_hub``
                    (no ``datasets``), a local folder of those files read as a release, frozen as
                    ``<folder>/<release>.jsonl``
@@ -80,7 +80,7 @@ def converter_for(spec: "BenchmarkSpec") -> Converter:
 
 # ------------------------------------------------------------------------------------------------ built-ins
 def _gpqa(spec: "BenchmarkSpec", records: Iterable[Mapping[str, Any]]) -> Rows:
-    from corl_bench.eval.data import gpqa_rows
+    from corl_bench.eval.gpqa import gpqa_rows
 
     return gpqa_rows(records, spec.name, spec.source.local or "gpqa_diamond_orig/test.jsonl")
 
