@@ -178,15 +178,15 @@ def _list_cohorts(reg) -> Listing:
 
 def _list_benchmarks(reg) -> Listing:
     rows = []
-    for name, spec in reg.items():
-        dec, src = spec.get("decoding") or {}, spec.get("source") or {}
-        decoding = (("greedy + " if dec.get("greedy") else "") + f"T={dec.get('temperature')} "
-                    f"top-p={dec.get('top_p')} ≤{dec.get('max_new_tokens')} tok")
-        if dec.get("greedy") and dec.get("samples") == 0:
-            decoding = f"greedy ≤{dec.get('max_new_tokens')} tok"
-        task = str(spec.get("task")) + ("+image" if spec.get("modality") == "image" else "")
-        rows.append((name, str(spec.get("version")), task, str(dec.get("samples")), decoding,
-                     f"{spec.get('extractor')}/{spec.get('grader')}", str(src.get("local") or src.get("suite") or "-")))
+    for name, spec in reg.items():  # BenchmarkSpec objects (corl_bench.eval.specs)
+        dec, src = spec.decoding, spec.source
+        decoding = (("greedy + " if dec.greedy else "") + f"T={dec.temperature} top-p={dec.top_p} "
+                    f"≤{dec.max_new_tokens} tok")
+        if dec.greedy and dec.samples == 0:
+            decoding = f"greedy ≤{dec.max_new_tokens} tok"
+        task = spec.task + ("+image" if spec.modality == "image" else "")
+        rows.append((name, spec.version, task, str(dec.samples), decoding, f"{spec.extractor}/{spec.grader}",
+                     str(src.local or src.suite or "-")))
     return ("name", "version", "task", "k", "decoding", "extractor/grader", "data"), rows
 
 

@@ -35,7 +35,7 @@ profile accepts them, and without where it predates them.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, runtime_checkable
 
 from corl_bench.rollout.base import Request
 
@@ -74,8 +74,9 @@ class Profile(Protocol):
         ...
 
     @classmethod
-    def check_benchmark(cls, name: str, spec: Mapping[str, Any]) -> None:
-        """Raise a one-line ConfigError unless this profile can evaluate benchmark ``name``."""
+    def check_benchmark(cls, name: str, spec: Any) -> None:
+        """Raise a one-line ConfigError unless this profile can evaluate benchmark ``name`` (``spec``: its
+        :class:`corl_bench.eval.specs.BenchmarkSpec`, read by attribute)."""
         ...
 
     def check_writable(self, models: Sequence[str]) -> None:

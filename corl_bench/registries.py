@@ -1,11 +1,13 @@
-"""The project's registries (methods, engines, profiles, cohorts, model families, benchmarks) and the generic
-:class:`Registry` they are made of.
+"""The project's registries (methods, engines, profiles, cohorts, model families, benchmarks, answer extractors,
+graders, data converters) and the generic :class:`Registry` they are made of.
 
 Nothing heavy is imported until a name is fetched. Files register themselves with a decorator
 (``@METHODS.register("corl")``); a registry imports every module of its ``discover`` packages on first lookup or
 listing, so no central list is needed. Entry points (``corl_bench.methods``, ``corl_bench.engines``,
-``corl_bench.profiles``) and ``"module:attr"`` placeholders are imported only when their name is fetched, so
-``corl-bench ls`` never imports torch. Cohorts and benchmarks are YAML files; families are small records.
+``corl_bench.profiles``, ``corl_bench.extractors``, ``corl_bench.graders``, ``corl_bench.converters``) and ``"module:attr"`` placeholders are imported only when their name is fetched, so
+``corl-bench ls`` never imports torch. Cohorts and benchmarks are YAML files (benchmarks are parsed into frozen,
+validated :class:`corl_bench.eval.specs.BenchmarkSpec` objects when the registry is first read); families are small
+records.
 Modelled on lm-evaluation-harness's ``Registry``::
 
     METHODS.register_lazy("ttrl", "corl_bench.baselines.ttrl:TTRL")
@@ -34,7 +36,8 @@ import yaml
 
 from corl_bench.config import AgentSpec, CohortConfig, ConfigError
 
-__all__ = ["BENCHMARKS", "COHORTS", "ENGINES", "FAMILIES", "METHODS", "PROFILES", "Registry", "RegistryError", "load_object"]
+__all__ = ["BENCHMARKS", "COHORTS", "CONVERTERS", "ENGINES", "EXTRACTORS", "FAMILIES", "GRADERS", "METHODS", "PROFILES",
+           "Registry", "RegistryError", "load_object"]
 
 T = TypeVar("T")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -213,6 +216,16 @@ class Registry(Generic[T]):
         with self._lock:
             return self._resolve(name) is not None
 
+    def primary(self, name: str) -> str:
+        """The registered (display) name that ``name`` resolves to (an alias, other case or '-'/'_' spelling);
+        the registry's one-line :class:`RegistryError` for an unknown name. Nothing is loaded."""
+        self._ensure_discovered()
+        with self._lock:
+            key = self._resolve(name) if isinstance(name, str) else None
+            if key is None:
+                raise RegistryError(self._unknown_message(name))
+            return self._entries[key].name
+
     # -- internals --------------------------------------------------------------------
     def _check_name(self, name: str) -> None:
         if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -324,11 +337,16 @@ def _load_builtin_cohorts(reg: Registry[CohortConfig]) -> None:
         reg.register(cohort.name, cohort)
 
 
-def _load_builtin_benchmarks(reg: Registry[dict[str, Any]]) -> None:
-    for f in sorted(resources.files("corl_bench.benchmarks").iterdir(), key=lambda f: f.name):
-        if f.name.endswith(".yaml"):
-            spec = yaml.safe_load(f.read_text(encoding="utf-8"))
-            reg.register(spec["name"], spec)
+def _load_builtin_benchmarks(reg: Registry[Any]) -> None:
+    """Parse every shipped ``benchmarks/*.yaml`` into a BenchmarkSpec (all files first, so that one bad file
+    registers nothing); a bad file is a one-line ConfigError naming it, the field and the fix."""
+    spec_from_yaml = load_object("corl_bench.eval.specs:spec_from_yaml")  # light (no torch); by name, as specs
+    # itself imports this module for the extractor, grader and converter names
+    files = sorted((f for f in resources.files("corl_bench.benchmarks").iterdir() if f.name.endswith(".yaml")),
+                   key=lambda f: f.name)
+    specs = [spec_from_yaml(f"benchmarks/{f.name}", f.read_text(encoding="utf-8")) for f in files]
+    for spec in specs:
+        reg.register(spec.name, spec)
 
 
 def _load_micro_families(reg: Registry[Any]) -> None:
@@ -352,5 +370,29 @@ PROFILES.register_lazy("micro", "corl_bench.micro.profile:MicroProfile")
 PROFILES.register_lazy("hf", "corl_bench.hf.profile:HFProfile")
 PROFILES.register_lazy("micro-visual", "corl_bench.micro.vl_profile:MicroVisualProfile")
 COHORTS: Registry[CohortConfig] = Registry("cohort", loaders=(_load_builtin_cohorts,))
-BENCHMARKS: Registry[dict[str, Any]] = Registry("benchmark", loaders=(_load_builtin_benchmarks,))
+#: Benchmark specs (:class:`corl_bench.eval.specs.BenchmarkSpec`, frozen and validated), from ``benchmarks/*.yaml``.
+BENCHMARKS: Registry[Any] = Registry("benchmark", loaders=(_load_builtin_benchmarks,))
 FAMILIES: Registry[Any] = Registry("model family", loaders=(_load_micro_families,))
+#: Answer extractors (``completion text -> answer or None``), by a spec's ``extractor`` or ``rollout.extractor``.
+EXTRACTORS: Registry[Callable[[str], Any]] = Registry("answer extractor", entry_point_group="corl_bench.extractors")
+for _name, _target in (("qwen", "corl_bench.eval.verifier:extract_normalized"),
+                       ("boxed", "corl_bench.eval.scoring:extract_boxed"),
+                       ("flexible", "corl_bench.eval.scoring:extract_flexible"),
+                       ("letter", "corl_bench.eval.scoring:extract_letter"),
+                       ("code", "corl_bench.eval.scoring:extract_code"),
+                       ("answer_tag", "corl_bench.eval.scoring:extract_answer_tag")):
+    EXTRACTORS.register_lazy(_name, _target)
+#: Graders (``(answer, gold) -> bool``; one with ``uses_choices = True`` also gets the item's options), by a spec's
+#: ``grader``.
+GRADERS: Registry[Callable[..., bool]] = Registry("grader", entry_point_group="corl_bench.graders")
+for _name, _target in (("math", "corl_bench.eval.verifier:is_correct"), ("exact", "corl_bench.eval.scoring:_exact"),
+                       ("letter", "corl_bench.eval.scoring:_letter"),
+                       ("tests", "corl_bench.eval.scoring:_tests"),
+                       ("mc_letter_or_value", "corl_bench.eval.scoring:mc_letter_or_value")):
+    GRADERS.register_lazy(_name, _target)
+#: Data converters (:class:`corl_bench.eval.converters.Converter`): how a spec's hub (or local) rows reach the
+#: project's row schema, by a spec's ``source.converter``.
+CONVERTERS: Registry[Any] = Registry("data converter", entry_point_group="corl_bench.converters")
+for _name in ("columns", "gpqa", "livecodebench", "mathverse", "mathvision", "mathvista", "wemath"):
+    CONVERTERS.register_lazy(_name, f"corl_bench.eval.converters:{_name.upper()}")
+del _name, _target

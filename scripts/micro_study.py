@@ -125,13 +125,15 @@ def main() -> int:
     ap.add_argument("--analyse-only", action="store_true", help="do not run the sweep; analyse what is stored")
     ap.add_argument("--runs-from", type=Path, default=None, help="analyse this sweep directory instead of the "
                     "YAML's output_dir (implies --analyse-only)")
+    ap.add_argument("--claims", type=Path, default=None, help="claims file (the layout of "
+                    "corl_bench/report/claims.yaml, which is the default)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
     from corl_bench.report.plots import plot_gains, plot_run
     from corl_bench.report.html import build_report
     from corl_bench.results import atomic_write_text
-    from corl_bench.report.study import claim_comparisons, collapse_report, load_agent_scores, to_markdown
+    from corl_bench.report.study import claim_comparisons, collapse_report, load_agent_scores, load_claims, to_markdown
     from corl_bench.train.sweep import describe, load_sweep, run_sweep
 
     spec = load_sweep(args.sweep)
@@ -144,7 +146,7 @@ def main() -> int:
 
     atomic_write_text(out / "tables.md", tables(sweep_dir))
     scores, warnings = load_agent_scores(sweep_dir)
-    atomic_write_text(out / "claims.md", to_markdown(claim_comparisons(scores)))
+    atomic_write_text(out / "claims.md", to_markdown(claim_comparisons(scores, claims=load_claims(args.claims))))
     collapsed = collapse_report(scores)
     atomic_write_text(out / "collapse.md", "Agents whose final pass@1 fell below half of their base pass@1:\n\n"
                       + ("\n".join(f"- {c['method']} × {c['cohort']}{' [' + c['tag'] + ']' if c['tag'] else ''}, "

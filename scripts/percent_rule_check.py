@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from corl_bench.eval.specs import get_spec
-from corl_bench.eval.scoring import EXTRACTORS
+from corl_bench.registries import EXTRACTORS
 from corl_bench.eval.verifier import is_correct, is_equivalent
 
 
@@ -63,7 +63,7 @@ def compare(rows: list[dict]) -> dict[str, dict]:
         if spec.grader != "math":
             continue
         stats["math_rows"] += 1
-        pred = EXTRACTORS[spec.extractor](str(row.get("completion") or ""))
+        pred = EXTRACTORS.get(spec.extractor)(str(row.get("completion") or ""))
         gold = str(row["gold"])
         before, after = bool(pred is not None and is_equivalent(pred, gold)), bool(pred is not None and
                                                                                   is_correct(pred, gold))

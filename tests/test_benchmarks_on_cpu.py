@@ -50,8 +50,8 @@ def test_every_registered_spec_validates_and_the_paper_suite_is_complete():
 
 
 @pytest.mark.parametrize("over, match", [
-    ({"extractor": "nope"}, "extractor 'nope' is unknown"),
-    ({"grader": "vibes"}, "grader 'vibes' is unknown"),
+    ({"extractor": "nope"}, "extractor: unknown answer extractor 'nope'"),
+    ({"grader": "vibes"}, "grader: unknown grader 'vibes'"),
     ({"task": "essay"}, "task must be one of"),
     ({"prompt": "no placeholder"}, "must contain {problem}"),
     ({"colour": 1}, "'colour' is not a spec field"),

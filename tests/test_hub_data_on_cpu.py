@@ -72,7 +72,8 @@ def gpqa_hub(monkeypatch, tmp_path):
 
 def lcb_spec(**hub):
     return parse_spec({"name": "livecodebench_fixture", "version": "1", "task": "code",
-                       "source": {"local": "livecodebench", "hub": {"path": lcb.HUB_REPO, **hub}},
+                       "source": {"local": "livecodebench", "hub": {"path": lcb.HUB_REPO, **hub},
+                                  "converter": "livecodebench"},
                        "prompt": "{problem}", "extractor": "code", "grader": "tests"})
 
 

@@ -111,7 +111,7 @@ def base_spec(**over):
     ({"record_fields": "we_math_id"}, "record_fields must be a list"),
     ({"metrics": ["greedy", "we-math"]}, r"add record_fields: \[we_math_id, key\]"),
     ({"source": {"local": "a.jsonl", "versions": "Text Only"}}, "source.versions must be a list"),
-    ({"extractor": "answer-tag"}, "extractor 'answer-tag' is unknown"),
+    ({"extractor": "answer-tagg"}, "extractor: unknown answer extractor 'answer-tagg'; did you mean 'answer_tag'"),
 ])
 def test_bad_multimodal_fields_fail_with_one_line(over, match):
     with pytest.raises(ConfigError, match=match) as e:

@@ -34,7 +34,7 @@ FRACS = ["\\frac{1}{2}", "0.75", "2\\sqrt{3}", "x+1", "No correct answer"]
 ])
 def test_answer_tag_takes_the_last_tag_and_never_falls_back(text, expected):
     assert extract_answer_tag(text) == expected
-    assert EXTRACTORS["answer_tag"] is extract_answer_tag
+    assert EXTRACTORS.get("answer_tag") is extract_answer_tag
 
 
 @pytest.mark.parametrize("answer, n, expected", [
@@ -84,7 +84,7 @@ def test_gold_index_from_a_letter_or_an_option_text(gold, choices, expected):
 ])
 def test_mc_letter_or_value(pred, gold, choices, right):
     assert mc_letter_or_value(pred, gold, choices) is right
-    assert GRADERS["mc_letter_or_value"] is mc_letter_or_value
+    assert GRADERS.get("mc_letter_or_value") is mc_letter_or_value
 
 
 @pytest.mark.parametrize("completion, extractor, right", [

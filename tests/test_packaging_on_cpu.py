@@ -80,6 +80,7 @@ def test_the_wheel_installs_and_runs_outside_the_checkout_on_cpu(tmp_path: Path)
     wheel = _build_wheel(tmp_path / "dist")
     names = set(zipfile.ZipFile(wheel).namelist())
     for must in ("corl_bench/hf/device.py", "corl_bench/hf/profile.py", "corl_bench/report/paper-results.json",
+                 "corl_bench/report/claims.yaml", "corl_bench/eval/converters.py",
                  "corl_bench/trainers/corl.py", "corl_bench/baselines/ttrl.py", "corl_bench/benchmarks/gsm8k.yaml",
                  "corl_bench/cohorts/cross-family.yaml"):
         assert must in names, f"{must} is not in {wheel.name}"

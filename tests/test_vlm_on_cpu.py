@@ -171,10 +171,10 @@ def test_rollout_extractor_answer_tag_reads_the_paper_vlm_format_for_every_metho
     from corl_bench.rollout import Completion
     from corl_bench.train.trainer import _rollouts
 
-    assert set(ANSWER_EXTRACTORS) == set(EXTRACTORS) - {"code"}
+    assert set(ANSWER_EXTRACTORS) == set(EXTRACTORS.names()) - {"code"}
     rows = [[Completion((1,), (), "count <answer>3</answer>", True), Completion((1,), (), "\\boxed{4}", True)]]
     assert _rollouts("a0", rows).answers == [["3", "4"]]  # the default: last number / boxed
-    tagged = _rollouts("a0", rows, EXTRACTORS[RolloutConfig(extractor="answer_tag").extractor])
+    tagged = _rollouts("a0", rows, EXTRACTORS.get(RolloutConfig(extractor="answer_tag").extractor))
     assert tagged.answers == [["3", None]]  # no <answer> tag: no answer, no fallback
     with pytest.raises(ConfigError, match="rollout.extractor=qwen"):
         RolloutConfig(extractor="code")

@@ -5,17 +5,18 @@ Lookup order for a spec's ``source.local`` file:
 1. ``--data-dir`` (the ``data_dir`` argument),
 2. ``$CORL_BENCH_DATA`` (``os.pathsep``-separated directories),
 3. the hub, with the spec's ``source.hub`` arguments — only when the package it needs is installed and the hub (or
-   its local cache) has the data:
+   its local cache) has the data. The spec's ``source.converter`` (:mod:`corl_bench.eval.converters`, looked up by
+   name in :data:`corl_bench.registries.CONVERTERS`; ``columns`` when it names none) decides how:
 
-   * LiveCodeBench (``livecodebench/code_generation_lite``): the release's files (``version_tag``, e.g.
+   * ``livecodebench`` (``livecodebench/code_generation_lite``): the release's files (``version_tag``, e.g.
      ``release_v6`` = ``test.jsonl`` ... ``test6.jsonl``) via ``huggingface_hub``, each row converted by
      :func:`corl_bench.eval.livecodebench.convert` (decoded tests), exactly as a local folder of those files is;
-   * GPQA (``Idavidrein/gpqa``, gated): ``datasets.load_dataset`` rows converted by :func:`gpqa_rows` into the
+   * ``gpqa`` (``Idavidrein/gpqa``, gated): ``datasets.load_dataset`` rows converted by :func:`gpqa_rows` into the
      local copy's schema with the paper's choice order; another layout is refused with a one-line error that names
      the local copy;
-   * the multimodal sets (MathVision, MathVerse, MathVista, We-Math): ``datasets.load_dataset`` rows converted to
+   * ``mathvision``, ``mathverse``, ``mathvista``, ``wemath``: ``datasets.load_dataset`` rows converted to
      the local schema by :mod:`corl_bench.eval.multimodal`, their embedded images written once to files;
-   * anything else: ``datasets.load_dataset``, columns renamed by ``source.fields``.
+   * ``columns`` (anything else): ``datasets.load_dataset``, columns renamed by ``source.fields``.
 
 A ``modality: image`` spec's rows get their image files (absolute, and relative to the data directory) from
 :mod:`corl_bench.eval.multimodal`; a local copy without its images is refused in one line that says where they go.
@@ -37,12 +38,16 @@ import importlib.util
 import json
 import logging
 import os
-import random
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from corl_bench.eval.specs import BenchmarkSpec
 from corl_bench.config import ConfigError
+from corl_bench.eval.converters import converter_for
+from corl_bench.eval.gpqa import GPQA_REPO, gpqa_rows  # re-exported: the gpqa converter's row conversion
+from corl_bench.eval.specs import BenchmarkSpec
+
+__all__ = ["CHECKSUMS", "DATA_ENV", "GPQA_REPO", "check_available", "data_dirs", "frozen_file", "gpqa_rows", "load_rows",
+           "locate", "prepare", "read_jsonl", "sha256"]
 
 log = logging.getLogger(__name__)
 DATA_ENV = "CORL_BENCH_DATA"
@@ -90,88 +95,6 @@ def _filter(rows: Iterable[dict[str, Any]], where: dict[str, Any]) -> list[dict[
     return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
 
 
-GPQA_REPO = "Idavidrein/gpqa"
-GPQA_OPTIONS = ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
-GPQA_FIELDS = ("Record ID", "Question") + GPQA_OPTIONS
-"""hub columns the paper's GPQA conversion needs"""
-GPQA_META = {"domain": "High-level domain", "subdomain": "Subdomain", "explanation": "Explanation",
-             "writer_difficulty": "Writer's Difficulty Estimate", "canary": "Canary String",
-             "expert_validator_accuracy": "Expert Validator Accuracy",
-             "non_expert_validator_accuracy": "Non-Expert Validator Accuracy"}
-"""local field -> hub column, carried along when the hub rows have it (metadata; not used for scoring)"""
-LCB_HUB_KEYS = ("path", "version_tag", "revision")
-
-
-def _is_livecodebench(spec: BenchmarkSpec) -> bool:
-    from corl_bench.eval.livecodebench import HUB_REPO
-
-    return spec.task == "code" and (spec.name.startswith("livecodebench") or
-                                    (spec.source.hub or {}).get("path") == HUB_REPO)
-
-
-def _is_gpqa(spec: BenchmarkSpec) -> bool:
-    return spec.task == "mcq" and (spec.name.startswith("gpqa") or (spec.source.hub or {}).get("path") == GPQA_REPO)
-
-
-def _release(spec: BenchmarkSpec) -> str:
-    from corl_bench.eval.livecodebench import DEFAULT_RELEASE
-
-    return str((spec.source.hub or {}).get("version_tag") or DEFAULT_RELEASE)
-
-
-def _gpqa_clean(text: Any) -> str:
-    """Co-RL ``process_docs_gpqa``'s ``_preprocess`` (the paper's option text)."""
-    if text is None:
-        return " "
-    return str(text).strip().replace(" [title]", ". ").replace("  ", " ")
-
-
-def _text(value: Any) -> Any:
-    """Hub metadata as the local copy's strings (the CSV loader reads accuracies as floats); missing stays None."""
-    if value is None or (isinstance(value, float) and value != value):
-        return None
-    return value if isinstance(value, str) else str(value)
-
-
-def gpqa_rows(records: Iterable[Mapping[str, Any]], name: str = "gpqa_diamond",
-              local: str = "gpqa_diamond_orig/test.jsonl") -> list[dict[str, Any]]:
-    """Hub GPQA rows (``Idavidrein/gpqa`` layout) -> the local copy's schema, options in the paper's order.
-
-    The order is Co-RL's ``process_docs_gpqa``: the options [Incorrect 1, 2, 3, Correct], each cleaned
-    (:func:`_gpqa_clean`), shuffled with ``random.Random(row_index)`` where ``row_index`` is the row's position in
-    the split; the gold letter is where the cleaned correct answer lands. ``question`` and ``choices`` ([Correct,
-    Incorrect 1, 2, 3]) are kept verbatim, as in the local copy. Rows without the needed columns (another layout)
-    are refused with a one-line ConfigError naming the local copy.
-    """
-    rows = []
-    for i, rec in enumerate(records):
-        missing = [k for k in GPQA_FIELDS if k not in rec]
-        if missing:
-            raise ConfigError(f"benchmark {name}: the hub rows have no {missing[0]!r} column (another layout than "
-                              f"{GPQA_REPO}), so the paper's choice order cannot be rebuilt; use the local copy: "
-                              f"--data-dir DIR (or ${DATA_ENV}) with DIR/{local}")
-        options = [_gpqa_clean(rec[k]) for k in GPQA_OPTIONS[1:] + GPQA_OPTIONS[:1]]
-        random.Random(i).shuffle(options)
-        gold = chr(65 + options.index(_gpqa_clean(rec["Correct Answer"])))
-        row: dict[str, Any] = {"id": str(rec["Record ID"]), "row_index": i, "question": rec["Question"],
-                               "choices": [rec[k] for k in GPQA_OPTIONS], "answer_index": 0, "answer_letter": "A"}
-        row.update({dst: _text(rec[src]) for dst, src in GPQA_META.items() if src in rec})
-        row.update({"corl_choices": options, "corl_answer_letter": gold})
-        rows.append(row)
-    return rows
-
-
-def _lcb_from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
-    from corl_bench.eval.livecodebench import from_hub
-
-    hub = dict(spec.source.hub or {})
-    unknown = sorted(set(hub) - set(LCB_HUB_KEYS))
-    if unknown:
-        raise ConfigError(f"benchmark {spec.name}: source.hub.{unknown[0]} is not used for {hub.get('path')} (its "
-                          f"files are downloaded directly; no loading script); valid: {', '.join(LCB_HUB_KEYS)}")
-    return from_hub(_release(spec), hub.get("revision"), spec.source.local or "livecodebench")
-
-
 def _images_note(spec: BenchmarkSpec) -> str:
     """For an image benchmark: where its images come from (the hub dataset and config), and how to freeze them."""
     if spec.modality != "image":
@@ -197,7 +120,7 @@ def check_available(spec: BenchmarkSpec, data_dir: str | Path | None = None, fie
 
     if not spec.source.hub:
         return machine_problem(f"{field}: {spec.name} has no local copy ({searched}: {spec.source.local}); {fix}")
-    needs = "huggingface_hub" if _is_livecodebench(spec) else "datasets"
+    needs = converter_for(spec).needs
     if importlib.util.find_spec(needs) is None:
         return machine_problem(f"{field}: {spec.name} has no local copy ({searched}: {spec.source.local}) and the "
                                f"`{needs}` package for its hub copy is not installed; {fix}, or pip install {needs}")
@@ -211,11 +134,12 @@ def _check_hub(spec: BenchmarkSpec, what: str, fix: str) -> None:
 
 
 def _from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
-    if importlib.util.find_spec("huggingface_hub" if _is_livecodebench(spec) else "datasets") is not None:
+    conv = converter_for(spec)
+    if importlib.util.find_spec(conv.needs) is not None:
         _check_hub(spec, f"benchmark {spec.name}", f"pass --data-dir DIR (or set ${DATA_ENV}) with "  # one line, not
                    f"DIR/{spec.source.local}{_images_note(spec)}")  # the retries of an unreachable hub
-    if _is_livecodebench(spec):
-        return _lcb_from_hub(spec)
+    if conv.fetch is not None:
+        return conv.fetch(spec)
     hub = dict(spec.source.hub or {})
     local = f"DIR/{spec.source.local}" if spec.source.local else "DIR"
     try:
@@ -231,12 +155,8 @@ def _from_hub(spec: BenchmarkSpec) -> list[dict[str, Any]]:
         raise ConfigError(f"benchmark {spec.name}: could not load {path} from the hub ({type(e).__name__}: "
                           f"{(str(e).splitlines() or [''])[0][:160]}); pass --data-dir DIR (or set ${DATA_ENV}) "
                           f"with {local}{_images_note(spec)}") from None
-    if _is_gpqa(spec):
-        return gpqa_rows(ds, spec.name, spec.source.local or "gpqa_diamond_orig/test.jsonl")
-    from corl_bench.eval.multimodal import HUB_CONVERTERS, convert_hub
-
-    if path in HUB_CONVERTERS:
-        return convert_hub(spec, ds)
+    if conv.convert is not None:
+        return conv.convert(spec, ds)
     rows = []
     for i, rec in enumerate(ds):
         row = dict(rec)
@@ -271,11 +191,8 @@ def load_rows(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> list[d
 
     path = locate(spec, data_dir)
     if path is not None:
-        if _is_livecodebench(spec):
-            from corl_bench.eval.livecodebench import read_release
-            rows = read_release(path, _release(spec))
-        else:
-            rows = read_jsonl(path)
+        read_local = converter_for(spec).read_local
+        rows = read_local(spec, path) if read_local is not None else read_jsonl(path)
         log.info("benchmark %s: %d rows from %s", spec.name, len(rows), path)
     elif spec.source.hub:
         rows = _from_hub(spec)
@@ -300,14 +217,13 @@ def load_rows(spec: BenchmarkSpec, data_dir: str | Path | None = None) -> list[d
 
 
 def frozen_file(spec: BenchmarkSpec) -> str:
-    """Where ``prepare`` writes the spec's rows, relative to the destination: ``source.local``, or for a
-    LiveCodeBench folder ``<folder>/<release>.jsonl`` (read back by :func:`corl_bench.eval.livecodebench.read_release`)."""
+    """Where ``prepare`` writes the spec's rows, relative to the destination: ``source.local``, or where the spec's
+    converter says (the ``livecodebench`` converter: ``<folder>/<release>.jsonl``, read back by
+    :func:`corl_bench.eval.livecodebench.read_release`)."""
     if not spec.source.local:
         raise ConfigError(f"benchmark {spec.name} has no source.local path to freeze into")
-    if _is_livecodebench(spec):
-        from corl_bench.eval.livecodebench import frozen_name
-        return f"{spec.source.local.rstrip('/')}/{frozen_name(_release(spec))}"
-    return spec.source.local
+    frozen = converter_for(spec).frozen_file
+    return frozen(spec) if frozen is not None else spec.source.local
 
 
 def _frozen_row(row: dict[str, Any], dest: Path) -> dict[str, Any]:

@@ -7,7 +7,8 @@ letter for multiple choice), ``choices`` (option texts in A, B, ... order, or nu
 :func:`attach_local` resolves them to absolute files and refuses, in one line that says where they go, a copy whose
 images are missing (MathVista's local copy ships without its 1000 images).
 
-Hub rows are converted to the same schema by :data:`HUB_CONVERTERS` (keyed by the hub dataset) and their embedded
+Hub rows are converted to the same schema by the per-set functions below, chosen by the spec's ``source.converter``
+(``mathvision``, ``mathverse``, ``mathvista``, ``wemath``: :mod:`corl_bench.eval.converters`), and their embedded
 images (PIL) are written once as PNG into ``$CORL_BENCH_CACHE/hub-data/<set>/images/`` (default
 ``~/.cache/corl-bench``), laid out like a data directory, so a hub item also carries file paths
 (:func:`attach_hub`). ``corl-bench data prepare`` copies the images of any source next to the frozen rows.
@@ -215,16 +216,12 @@ def _wemath(rec: Mapping[str, Any]) -> dict[str, Any]:
             "knowledge_concept": rec.get("knowledge concept"), PIL_KEY: [image]}
 
 
-HUB_CONVERTERS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
-    "MathLLMs/MathVision": _mathvision, "AI4Math/MathVerse": _mathverse, "AI4Math/MathVista": _mathvista,
-    "We-Math/We-Math": _wemath,
-}
-
-
-def convert_hub(spec: BenchmarkSpec, records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Hub records of a multimodal set -> rows in the local schema (images still PIL, under :data:`PIL_KEY`)."""
+def convert_hub(spec: BenchmarkSpec, records: Iterable[Mapping[str, Any]],
+                convert: Callable[[Mapping[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Hub records of a multimodal set -> rows in the local schema (images still PIL, under :data:`PIL_KEY`), each
+    record converted by ``convert`` (one of the per-set functions above, chosen by the spec's ``source.converter``:
+    :mod:`corl_bench.eval.converters`)."""
     path = (spec.source.hub or {}).get("path")
-    convert = HUB_CONVERTERS[path]
     try:
         return [convert(rec) for rec in records]
     except KeyError as e:

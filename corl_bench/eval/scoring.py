@@ -18,15 +18,30 @@ math-verify, then the Qwen evaluation grader's percent rule), ``exact`` (string 
 ``tests`` (code: the program must pass the benchmark's tests in the sandbox; graded by :mod:`corl_bench.eval.codeexec`,
 not here) and ``mc_letter_or_value`` (the multimodal benchmarks' multiple-choice fix, :func:`mc_letter_or_value`: it
 also receives the item's option texts, ``choices``, which prediction rows store so that ``corl-bench table`` re-grades
-them; graders in :data:`USES_CHOICES` get them from :func:`grade_text`).
+them; graders in :data:`USES_CHOICES`, or with an attribute ``uses_choices = True``, get them from :func:`grade_text`).
+
+Both are :class:`corl_bench.registries.Registry` objects (:data:`EXTRACTORS`, :data:`GRADERS`, re-exported here from
+:mod:`corl_bench.registries`): the built-ins above are registered lazily by name, and a package adds its own through
+the entry-point groups ``corl_bench.extractors`` / ``corl_bench.graders``::
+
+    [project.entry-points."corl_bench.graders"]
+    my_grader = "my_pkg.grading:my_grader"      # (answer, gold) -> bool
+
+Look one up with ``EXTRACTORS.get(name)``; an unknown name is the registry's one-line error (valid names, a "did
+you mean").
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from corl_bench.eval.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
+from corl_bench.registries import EXTRACTORS, GRADERS
+
+__all__ = ["EXTRACTORS", "GRADERS", "LETTERS", "USES_CHOICES", "answer_tag_content", "extract_answer_tag",
+           "extract_boxed", "extract_code", "extract_flexible", "extract_letter", "extract_normalized", "gold_index",
+           "grade_text", "is_correct", "mc_letter_or_value", "option_letter"]
 
 _NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 _LETTER_BOX = re.compile(r"\\boxed\s*\{\s*(?:\\text\{)?\s*\(?([A-Ja-j])\)?\s*\}?\s*\}")
@@ -83,10 +98,6 @@ def extract_answer_tag(text: str) -> Optional[str]:
     return normalize_answer(content) if content else None
 
 
-EXTRACTORS: dict[str, Callable[[str], Optional[str]]] = {
-    "qwen": extract_normalized, "boxed": extract_boxed, "flexible": extract_flexible, "letter": extract_letter,
-    "code": extract_code, "answer_tag": extract_answer_tag,
-}
 
 
 def _exact(pred: Optional[str], gold: Optional[str]) -> bool:
@@ -169,20 +180,19 @@ def mc_letter_or_value(pred: Optional[str], gold: Optional[str], choices: Option
     return _same_text(pred, value) or is_correct(pred, value)
 
 
-GRADERS: dict[str, Callable[..., bool]] = {
-    "math": is_correct, "exact": _exact, "letter": _letter, "tests": _tests, "mc_letter_or_value": mc_letter_or_value,
-}
 USES_CHOICES = frozenset({"mc_letter_or_value"})
-"""Graders called with the item's options as a third argument (``choices``; None for a free-form item)."""
+"""Graders called with the item's options as a third argument (``choices``; None for a free-form item); a plugin
+grader asks for them with an attribute ``uses_choices = True``."""
 
 
 def grade_text(completion: str, gold: str, extractor: str = "qwen", grader: str = "math",
                choices: Optional[Sequence[str]] = None) -> tuple[Optional[str], bool]:
     """(extracted answer, correct) of a non-code completion under a spec's extractor and grader; ``choices`` (the
     item's option texts, in letter order) reach the graders of :data:`USES_CHOICES` and are ignored by the others."""
-    answer = EXTRACTORS[extractor](completion or "")
+    answer = EXTRACTORS.get(extractor)(completion or "")
     if answer is None:
         return None, False
-    if grader in USES_CHOICES:
-        return answer, bool(GRADERS[grader](answer, gold, list(choices) if choices else None))
-    return answer, bool(GRADERS[grader](answer, gold))
+    grade = GRADERS.get(grader)
+    if grader in USES_CHOICES or getattr(grade, "uses_choices", False):
+        return answer, bool(grade(answer, gold, list(choices) if choices else None))
+    return answer, bool(grade(answer, gold))

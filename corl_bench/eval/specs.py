@@ -10,10 +10,11 @@ under the same protocol::
       local: math500/test.jsonl      # relative to the data directory (--data-dir / $CORL_BENCH_DATA)
       hub: {path: HuggingFaceH4/MATH-500, split: test}
       fields: {id: unique_id, problem: problem, answer: answer}   # hub column -> our field
+      converter: columns             # how hub rows become ours: corl_bench.eval.converters (columns = the default)
     prompt: "{problem}\\nPlease reason step by step, and put your final answer within \\\\boxed{{}}."
     chat_template: true              # render as one user turn with the model's chat template (if it has one)
-    extractor: boxed                 # see corl_bench.eval.scoring.EXTRACTORS
-    grader: math                     # see corl_bench.eval.scoring.GRADERS
+    extractor: boxed                 # a name in corl_bench.registries.EXTRACTORS (plugins: corl_bench.extractors)
+    grader: math                     # a name in corl_bench.registries.GRADERS (plugins: corl_bench.graders)
     decoding: {greedy: false, samples: 1, temperature: 0.6, top_p: 0.95, max_new_tokens: 3072}
     metrics: [avg@k, pass@k, maj@k]
 
@@ -28,14 +29,19 @@ Multimodal specs (MathVision, MathVerse, MathVista, We-Math) add::
       versions: [Vision Only]        # multi-version sets (MathVerse): keep rows whose problem_version is listed
 
 Every field is checked when a spec is loaded; a bad spec fails with one line naming the file, the field and a fix.
+:data:`corl_bench.registries.BENCHMARKS` holds the shipped specs already parsed (:func:`spec_from_yaml`), frozen
+:class:`BenchmarkSpec` objects whose extractor, grader and converter are the registered names.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from corl_bench.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 TASKS = ("math", "mcq", "code")
 MODALITIES = ("text", "image")
@@ -82,6 +88,9 @@ class Source:
     """multi-version sets (MathVerse): keep only rows whose ``version_field`` is one of these; every listed version
     must be present in the data (a version the local copy lacks is a one-line error naming the hub dataset)"""
     version_field: str = "problem_version"
+    converter: str | None = None
+    """the data converter (a name in :data:`corl_bench.registries.CONVERTERS`, :mod:`corl_bench.eval.converters`)
+    that turns hub (or local) rows into the project's schema; None = ``columns`` (rename by ``fields``)"""
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,9 @@ def _sub(cls: type, raw: Any, where: str) -> Any:
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]} is not a field; valid: {', '.join(sorted(valid))}")
     vals = dict(raw)
+    if "converter" in vals and vals["converter"] is not None and not isinstance(vals["converter"], str):
+        raise ConfigError(f"{where}.converter must be a converter name (got {vals['converter']!r}); "
+                          "see corl_bench.eval.converters")
     for key in ("stop", "versions"):
         if key in vals:
             if isinstance(vals[key], str) or not isinstance(vals[key] or (), (list, tuple)):
@@ -142,26 +154,24 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
     """Validate a spec mapping (as read from YAML); one-line ConfigError naming the origin and the field."""
     import dataclasses
 
-    from corl_bench.eval.scoring import EXTRACTORS, GRADERS
+    from corl_bench.registries import EXTRACTORS, GRADERS
 
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{origin}: a benchmark spec must be a mapping")
+        raise ConfigError(f"{origin}: a benchmark spec must be a mapping of fields (name, version, task, source, ...)")
     valid = {f.name for f in dataclasses.fields(BenchmarkSpec)}
     unknown = sorted(set(raw) - valid)
     if unknown:
         raise ConfigError(f"{origin}: {unknown[0]!r} is not a spec field; valid: {', '.join(sorted(valid))}")
     for key in ("name", "version", "task", "prompt", "extractor", "grader"):
         if not raw.get(key):
-            raise ConfigError(f"{origin}: field {key!r} is required")
+            raise ConfigError(f"{origin}: field {key!r} is required; add {key}: ... (see corl_bench.eval.specs)")
     where = f"{origin}: {raw['name']}"
     dec = _sub(Decoding, raw.get("decoding"), f"{where}.decoding")
-    src = _sub(Source, raw.get("source"), f"{where}.source")
+    src = _converter(_sub(Source, raw.get("source"), f"{where}.source"), f"{where}.source")
     if raw["task"] not in TASKS:
         raise ConfigError(f"{where}.task must be one of {', '.join(TASKS)} (got {raw['task']!r})")
-    if raw["extractor"] not in EXTRACTORS:
-        raise ConfigError(f"{where}.extractor {raw['extractor']!r} is unknown; valid: {', '.join(EXTRACTORS)}")
-    if raw["grader"] not in GRADERS:
-        raise ConfigError(f"{where}.grader {raw['grader']!r} is unknown; valid: {', '.join(GRADERS)}")
+    extractor = _registered(EXTRACTORS, raw["extractor"], f"{where}.extractor")
+    grader = _registered(GRADERS, raw["grader"], f"{where}.grader")
     metrics = tuple(raw.get("metrics") or ("avg@k", "pass@k", "maj@k"))
     bad = [m for m in metrics if m not in METRIC_NAMES]
     if bad:
@@ -197,18 +207,69 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
                           "[we_math_id, key]")
     return BenchmarkSpec(
         name=str(raw["name"]), version=str(raw["version"]), task=raw["task"], source=src, prompt=str(raw["prompt"]),
-        extractor=raw["extractor"], grader=raw["grader"], decoding=dec, metrics=metrics,
+        extractor=extractor, grader=grader, decoding=dec, metrics=metrics,
         chat_template=bool(raw.get("chat_template", False)), system=raw.get("system"),
         fewshot=int(raw.get("fewshot", 0) or 0), profile=raw.get("profile"), notes=str(raw.get("notes", "")),
         modality=modality, choices_template=template, record_fields=tuple(fields_))
 
 
-def get_spec(name: str) -> BenchmarkSpec:
-    """The registered spec ``name`` (``benchmarks/<name>.yaml``), validated."""
-    from corl_bench.registries import BENCHMARKS
+def _registered(registry: Any, name: Any, where: str) -> str:
+    """The registered name ``name`` resolves to; a one-line ConfigError (the registry's: valid names, "did you
+    mean") naming the field otherwise."""
+    from corl_bench.registries import RegistryError
 
     try:
-        raw = BENCHMARKS.get(name)
-    except KeyError as e:
-        raise ConfigError(str(e).strip("'\"")) from None
-    return parse_spec(raw, origin=f"benchmarks/{name}.yaml")
+        return registry.primary(str(name))
+    except RegistryError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _converter(src: Source, where: str) -> Source:
+    """``src`` with its converter resolved to the registered name; refused in one line when the hub dataset it reads
+    is claimed by a converter (:attr:`corl_bench.eval.converters.Converter.hub_paths`) other than the one it names."""
+    import dataclasses
+
+    from corl_bench.registries import CONVERTERS, RegistryError
+
+    if src.converter is not None:
+        src = dataclasses.replace(src, converter=_registered(CONVERTERS, src.converter, f"{where}.converter"))
+    path = (src.hub or {}).get("path") if isinstance(src.hub, Mapping) else None
+    if not path:
+        return src
+    claimed = []
+    for name in CONVERTERS.names():
+        try:
+            conv = CONVERTERS.get(name)
+        except RegistryError as e:  # a broken plugin converter must not stop every other spec from loading
+            log.warning("%s", e)
+            continue
+        if path in (getattr(conv, "hub_paths", None) or ()):
+            claimed.append(name)
+    if claimed and (src.converter or "columns") not in claimed:
+        raise ConfigError(f"{where}.converter: the hub dataset {path} needs the {claimed[0]} converter (got "
+                          f"{src.converter or 'none'}); add converter: {claimed[0]} under source")
+    return src
+
+
+def spec_from_yaml(origin: str, text: str) -> BenchmarkSpec:
+    """Parse one spec file's text (``origin`` names it in errors): a one-line ConfigError for bad YAML or a bad
+    field."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{origin} is not valid YAML{line}; fix its syntax") from None
+    return parse_spec(raw, origin=origin)
+
+
+def get_spec(name: str) -> BenchmarkSpec:
+    """The registered spec ``name`` (``benchmarks/<name>.yaml``), parsed and validated when the registry loaded."""
+    from corl_bench.registries import BENCHMARKS, RegistryError
+
+    try:
+        return BENCHMARKS.get(name)
+    except RegistryError as e:
+        raise ConfigError(str(e)) from None

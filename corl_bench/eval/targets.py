@@ -143,7 +143,6 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     in its metrics also reports the We-Math four-dimensional metrics (:mod:`corl_bench.eval.wemath`)."""
     import dataclasses
 
-    from corl_bench.eval.scoring import EXTRACTORS
     from corl_bench.eval.data import load_rows
     from corl_bench.eval.evaluator import evaluate, with_overrides
     from corl_bench.eval.items import build_items
@@ -160,14 +159,16 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
         raise ConfigError(f"{', '.join(micro)}: micro suites are evaluated by `corl-bench run`; pick data benchmarks "
                           "(corl-bench ls benchmarks)")
     if extractor is not None:
-        if extractor not in EXTRACTORS or extractor == "code":
+        from corl_bench.registries import EXTRACTORS
+
+        if extractor not in EXTRACTORS or EXTRACTORS.primary(extractor) == "code":
             raise ConfigError(f"--extractor {extractor!r} is unknown; valid: "
-                              f"{', '.join(e for e in EXTRACTORS if e != 'code')}")
+                              f"{', '.join(e for e in EXTRACTORS.names() if e != 'code')}")
         text = [s.name for s in specs if s.modality != "image"]
         if text:
             raise ConfigError(f"--extractor applies to image benchmarks only (their rows record it); evaluate "
                               f"{', '.join(text)} in a separate call, with their spec's extractor")
-        specs = [dataclasses.replace(s, extractor=extractor) for s in specs]
+        specs = [dataclasses.replace(s, extractor=EXTRACTORS.primary(extractor)) for s in specs]
     images = [s.name for s in specs if s.modality == "image"]
     if images and engine == "lm-eval":
         raise ConfigError(f"{', '.join(images)}: the lm-eval bridge renders text prompts only; evaluate image "

@@ -111,10 +111,10 @@ class HFProfile:
         return takes_images(agent.family)
 
     @classmethod
-    def check_benchmark(cls, name: str, spec: Mapping[str, Any]) -> None:
+    def check_benchmark(cls, name: str, spec: Any) -> None:
         """Any text benchmark spec (math, multiple choice, code); the micro suites belong to the micro profile."""
-        if spec.get("profile"):
-            raise ConfigError(f"eval.benchmarks: {name!r} is a {spec['profile']}-profile suite; the hf profile "
+        if spec.profile:
+            raise ConfigError(f"eval.benchmarks: {name!r} is a {spec.profile}-profile suite; the hf profile "
                               "evaluates the benchmark specs with data (set e.g. eval.benchmarks=[gsm8k] or "
                               "[gsm8k,math500])")
 
@@ -340,5 +340,5 @@ class HFProfile:
         from corl_bench.eval.specs import get_spec
 
         spec = get_spec(name)
-        self.check_benchmark(name, spec.to_dict())
+        self.check_benchmark(name, spec)
         return build_items(spec, load_rows(spec, self._data_dir()))

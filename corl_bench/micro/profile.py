@@ -248,12 +248,13 @@ class MicroProfile:
         return "micro-dev"
 
     @classmethod
-    def check_benchmark(cls, name: str, spec: dict[str, Any]) -> None:
-        """Raise a one-line ConfigError unless this profile can evaluate benchmark ``name`` (no data is read)."""
-        if spec.get("profile") != cls.name:
+    def check_benchmark(cls, name: str, spec: Any) -> None:
+        """Raise a one-line ConfigError unless this profile can evaluate benchmark ``name`` (``spec``: its
+        :class:`corl_bench.eval.specs.BenchmarkSpec`; no data is read)."""
+        if spec.profile != cls.name:
             from corl_bench.registries import BENCHMARKS
 
-            ours = [b for b, s in BENCHMARKS.items() if s.get("profile") == cls.name]
+            ours = [b for b, s in BENCHMARKS.items() if s.profile == cls.name]
             raise ConfigError(f"eval.benchmarks: {name!r} is not a {cls.name} benchmark; the {cls.name} profile "
                               f"evaluates {' or '.join(ours)} (set eval.benchmarks=[{cls.name}-test])")
 
@@ -269,4 +270,4 @@ class MicroProfile:
         except KeyError as e:
             raise ConfigError(str(e)) from None
         self.check_benchmark(name, spec)
-        return self.suite_items(spec["source"]["suite"])
+        return self.suite_items(spec.source.suite)

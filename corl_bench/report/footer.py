@@ -3,19 +3,22 @@
 Public API (no torch): :func:`footer` ``(metrics, benchmarks, blocks, runs, warnings) -> list[str]`` - what the
 values are, what the marks rank, evaluation decoding, benchmark versions with extractor and grader, the checkpoint
 rule, seeds and where Base came from (settings that differ between runs are "mixed" and warned about);
-:func:`selection_text` (how an ``eval.select`` rule is stated); :func:`spec_info` (a registered benchmark spec as a
-dict, None if unregistered).
+:func:`selection_text` (how an ``eval.select`` rule is stated); :func:`spec_info` (a registered benchmark spec, a
+BenchmarkSpec; None if unregistered).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from corl_bench.report import methods as method_views
 from corl_bench.report.cells import BASE_LABEL, Block
 from corl_bench.report.collect import METRIC_LABELS, RunInfo
 from corl_bench.report.methods import UNKNOWN
+
+if TYPE_CHECKING:
+    from corl_bench.eval.specs import BenchmarkSpec
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +53,14 @@ def _names(run_ids: Sequence[str], limit: int = 3) -> str:
     return ", ".join(run_ids[:limit]) + more
 
 
-def spec_info(bench: str) -> Optional[dict[str, Any]]:
+def spec_info(bench: str) -> Optional[BenchmarkSpec]:
+    """The registered spec of ``bench`` (:class:`corl_bench.eval.specs.BenchmarkSpec`), or None when there is none."""
     try:
         from corl_bench.registries import BENCHMARKS
 
         if bench not in BENCHMARKS:
             return None
-        raw = BENCHMARKS.get(bench)
-        return dict(raw) if isinstance(raw, dict) else None
+        return BENCHMARKS.get(bench)
     except Exception:  # noqa: BLE001 - a broken registry entry must not break the table
         logger.debug("cannot read the spec of %s", bench, exc_info=True)
         return None
@@ -154,8 +157,8 @@ def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[B
         if len(versions) > 1:
             warnings.append(f"{bench}: predictions come from versions {', '.join(versions)} of the benchmark")
         if spec is not None:
-            text += f" (extractor {spec.get('extractor')}, grader {spec.get('grader')})"
-            current = str(spec.get("version"))
+            text += f" (extractor {spec.extractor}, grader {spec.grader})"
+            current = spec.version
             if versions and any(v != current for v in versions):
                 warnings.append(f"{bench}: stored predictions are version {', '.join(versions)} but the registered "
                                 f"spec is version {current}; regraded with the current extractor and grader")

@@ -76,8 +76,7 @@ def is_vlm_benchmark(bench: str) -> bool:
     spec = spec_info(bench)
     if spec is None:
         return False
-    modality = str(spec.get("modality") or "").lower()
-    return str(spec.get("profile") or "") == "micro-visual" or modality in IMAGE_MODALITIES
+    return (spec.profile or "") == "micro-visual" or spec.modality.lower() in IMAGE_MODALITIES
 
 
 def split(results: Sequence[AgentResult]) -> list[tuple[str, tuple[AgentResult, ...]]]:

@@ -179,13 +179,13 @@ def recorded_decoding(path: Path, benchmark: str) -> Optional[dict[str, Any]]:
 
 def equivalence_for(spec: BenchmarkSpec) -> Equivalence | None:
     """How two wrong answers of this benchmark are compared for w (None for code: programs are not compared)."""
-    from corl_bench.eval.scoring import GRADERS
+    from corl_bench.registries import GRADERS
     from corl_bench.eval.verifier import is_equivalent
 
     if spec.grader == "tests":
         return None
     # two predictions are compared as answers, without the evaluation grader's percent rule (0.05 vs 5 differ)
-    return is_equivalent if spec.grader == "math" else GRADERS[spec.grader]
+    return is_equivalent if spec.grader == "math" else GRADERS.get(spec.grader)
 
 
 def _rows(path: Path, spec: BenchmarkSpec) -> list[dict[str, Any]]:

@@ -13,7 +13,10 @@ family (two for Co-RL same-family). Metrics are fractions; the markdown shows pe
 Verdict rule (a heuristic for 3–5 seeds, not a significance test; it is printed with every table):
 ``holds`` when the mean difference is positive, every seed agrees in sign and the mean exceeds twice its standard
 error; ``reversed`` for the mirror image; ``inconclusive`` otherwise (including fewer than two paired seeds).
-This module never imports torch.
+
+The claims themselves are data: ``corl_bench/report/claims.yaml`` (shipped with the package; :func:`load_claims`
+reads it, or another file of the same layout), each a :class:`Claim` — two :class:`Cell` objects, the backbones and
+a margin. This module never imports torch.
 """
 
 from __future__ import annotations
@@ -22,17 +25,22 @@ import logging
 import math
 import statistics
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
+import yaml
+
+from corl_bench.config import ConfigError
 from corl_bench.eval.metrics import score_predictions
 from corl_bench.report.collect import row_grader_for
 from corl_bench.results import RunDir, find_runs
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AgentScores", "Cell", "Comparison", "claim_comparisons", "collapse_report", "compare",
-           "load_agent_scores", "to_markdown", "verdict"]
+__all__ = ["AgentScores", "Cell", "Claim", "Comparison", "claim_comparisons", "collapse_report", "compare",
+           "load_agent_scores", "load_claims", "to_markdown", "verdict"]
 
 METRIC_NAMES = {"avg_k": "pass@1", "greedy": "greedy", "maj_k": "maj@k"}
 
@@ -179,33 +187,88 @@ def compare(scores: Sequence[AgentScores], claim: str, a: Cell, b: Cell, family:
                       tuple(vb[s] for s in seeds), margin)
 
 
-CORL_CROSS = Cell("corl", "cross-family")
-#: The paper's claims as (claim, a, b, backbones, margin): "a above b - margin" on each backbone.
-Claim = tuple[str, Cell, Cell, tuple[str, ...], float]
-CLAIMS: tuple[Claim, ...] = (
-    ("Co-RL above TTRL", CORL_CROSS, Cell("ttrl"), ("qwen2-bpe", "llama-bpe"), 0.0),
-    ("Co-RL above Base", CORL_CROSS, Cell("corl", "cross-family", phase="base"), ("qwen2-bpe", "llama-bpe"), 0.0),
-    ("cross-family above same-family", CORL_CROSS, Cell("corl", "same-family"), ("qwen2-bpe",), 0.0),
-    ("three agents above two", Cell("corl", "three-agent"), CORL_CROSS, ("qwen2-bpe", "llama-bpe"), 0.0),
-    ("three agents above Base", Cell("corl", "three-agent"), Cell("corl", "three-agent", phase="base"),
-     ("qwen2-bpe", "llama-bpe", "neox-bpe"), 0.0),
-    ("rephrased view above plain cross-family", Cell("corl", "cross-family-rephrased"), CORL_CROSS,
-     ("qwen2-bpe", "llama-bpe"), 0.0),
-    ("Co-RL within 2 points of GT-Reward", CORL_CROSS, Cell("gt-reward"), ("qwen2-bpe", "llama-bpe"), 0.02),
-    ("Co-RL above a budget-matched TTRL", CORL_CROSS, Cell("ttrl", tag="budget-matched"),
-     ("qwen2-bpe", "llama-bpe"), 0.0),
-    ("Co-RL above random reward", CORL_CROSS, Cell("random-reward"), ("qwen2-bpe", "llama-bpe"), 0.0),
-)
+@dataclass(frozen=True)
+class Claim:
+    """One of the paper's claims: ``a`` above ``b`` minus ``margin`` on each of ``backbones``."""
+
+    name: str
+    a: Cell
+    b: Cell
+    backbones: tuple[str, ...]
+    margin: float = 0.0
+
+
+CLAIMS_FILE = "claims.yaml"
+"""the shipped claims, package data of :mod:`corl_bench.report`"""
+_CELL_FIELDS = ("method", "cohort", "tag", "phase")
+_CLAIM_FIELDS = ("claim", "a", "b", "backbones", "margin")
+
+
+def _cell(raw: Any, where: str) -> Cell:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("method"), str) or not raw["method"]:
+        raise ConfigError(f"{where} must be a mapping with a method (e.g. {{method: corl, cohort: cross-family}})")
+    unknown = sorted(set(raw) - set(_CELL_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]} is not a cell field; valid: {', '.join(_CELL_FIELDS)}")
+    phase = raw.get("phase", "final")
+    if phase not in ("final", "base"):
+        raise ConfigError(f"{where}.phase must be final or base (got {phase!r})")
+    cohort = raw.get("cohort")
+    return Cell(str(raw["method"]), None if cohort is None else str(cohort), str(raw.get("tag") or ""), phase)
+
+
+def _claim(raw: Any, where: str) -> Claim:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping with claim, a, b, backbones (and margin)")
+    unknown = sorted(set(raw) - set(_CLAIM_FIELDS))
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]} is not a claim field; valid: {', '.join(_CLAIM_FIELDS)}")
+    if not isinstance(raw.get("claim"), str) or not raw["claim"].strip():
+        raise ConfigError(f"{where}.claim is required: the row label, e.g. claim: Co-RL above TTRL")
+    backbones = raw.get("backbones")
+    if isinstance(backbones, str) or not isinstance(backbones, list) or not backbones \
+            or not all(isinstance(b, str) and b for b in backbones):
+        raise ConfigError(f"{where}.backbones must be a non-empty list of model families (e.g. [qwen2-bpe])")
+    margin = raw.get("margin", 0.0)
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+        raise ConfigError(f"{where}.margin must be a number (a fraction: 0.02 = 2 points; got {margin!r})")
+    return Claim(raw["claim"].strip(), _cell(raw.get("a"), f"{where}.a"), _cell(raw.get("b"), f"{where}.b"),
+                 tuple(backbones), float(margin))
+
+
+def parse_claims(text: str, origin: str = CLAIMS_FILE) -> tuple[Claim, ...]:
+    """Claims from a claims file's text; one-line ConfigError naming ``origin``, the field and the fix."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ConfigError(f"{origin} is not valid YAML; fix its syntax") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("claims"), list) or not data["claims"]:
+        raise ConfigError(f"{origin}: needs a non-empty list under claims: (each with claim, a, b, backbones)")
+    return tuple(_claim(raw, f"{origin}: claims[{i}]") for i, raw in enumerate(data["claims"]))
+
+
+@lru_cache(maxsize=None)
+def _shipped_claims() -> tuple[Claim, ...]:
+    text = resources.files("corl_bench.report").joinpath(CLAIMS_FILE).read_text(encoding="utf-8")
+    return parse_claims(text, f"corl_bench/report/{CLAIMS_FILE}")
+
+
+def load_claims(path: Path | str | None = None) -> tuple[Claim, ...]:
+    """The claims of ``path`` (a YAML file laid out as ``corl_bench/report/claims.yaml``), the shipped ones without."""
+    if path is None:
+        return _shipped_claims()
+    return parse_claims(Path(path).read_text(encoding="utf-8"), str(path))
 
 
 def claim_comparisons(scores: Sequence[AgentScores], metrics: Sequence[str] = ("avg_k", "greedy", "maj_k"),
-                      claims: Sequence[Claim] = CLAIMS) -> list[Comparison]:
-    """Every claim × backbone × metric that has at least one paired seed."""
+                      claims: Optional[Sequence[Claim]] = None) -> list[Comparison]:
+    """Every claim × backbone × metric that has at least one paired seed; ``claims`` default to the shipped
+    ``claims.yaml`` (:func:`load_claims`)."""
     out = []
-    for claim, a, b, families, margin in claims:
-        for family in families:
+    for claim in load_claims() if claims is None else claims:
+        for family in claim.backbones:
             for metric in metrics:
-                c = compare(scores, claim, a, b, family, metric, margin)
+                c = compare(scores, claim.name, claim.a, claim.b, family, metric, claim.margin)
                 if c.seeds:
                     out.append(c)
     return out

@@ -144,7 +144,7 @@ def _takes_images(profile_cls: Any, agent: Any) -> bool | None:
 def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
     """What a model's kind rules out, refused before anything is loaded: a vision-language agent with an engine or a
     memory option that takes no images, a text agent with a benchmark that has images."""
-    image_benches = [b for b in cfg.eval.benchmarks if BENCHMARKS.get(b).get("modality") == "image"]
+    image_benches = [b for b in cfg.eval.benchmarks if BENCHMARKS.get(b).modality == "image"]
     for agent in cfg.cohort.agents:
         vision = _takes_images(profile_cls, agent)
         if vision and not getattr(engine_cls, "supports_images", False):
@@ -399,7 +399,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
                 method = plan.method_cls(plan.options, cfg.cohort.agents)
                 info["teachers"] = method.teachers()
                 info["timings"]["models"] = time.perf_counter() - t0
-                benches = {b: (str(BENCHMARKS.get(b).get("version", "0")), profile.benchmark(b))
+                benches = {b: (BENCHMARKS.get(b).version, profile.benchmark(b))
                            for b in cfg.eval.benchmarks}
                 total_gen = sum(n_generations(cfg.eval, len(items)) for _, items in benches.values()) * len(agents)
                 scores: dict[str, dict[str, Any]] = {}

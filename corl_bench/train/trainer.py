@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from corl_bench.config import Config, ConfigError
-from corl_bench.eval.scoring import EXTRACTORS
+from corl_bench.registries import EXTRACTORS
 from corl_bench.eval.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.profile import render_for, stop_for
@@ -157,7 +157,7 @@ class Trainer:
         requests = {a.name: [render_for(self.profile, p, a.spec) for p in problems] for a in self.agents}
         n = self.method.generation_n(k)
         comps = each(self.agents, lambda a: ("generate", (requests[a.name], self._params(n, a, step, 0)), {}))
-        extract = EXTRACTORS[self.cfg.rollout.extractor]
+        extract = EXTRACTORS.get(self.cfg.rollout.extractor)
         rollouts = {name: _rollouts(name, rows, extract) for name, rows in comps.items()}
         aux_rollouts: dict[str, dict[str, AgentRollouts]] = {}
         for aux in (x for x in self.method.auxiliary if x.generates):
