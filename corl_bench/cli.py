@@ -422,18 +422,18 @@ def warmstart(families: Optional[list[str]] = typer.Argument(None, help="micro f
     when one differs: the shipped one stays in use), or rebuild and ship them (--write)."""
     import tempfile
 
-    from corl_bench.micro import shipped
+    from corl_bench.micro import rebuild, shipped
 
     _setup_logging(verbose)
     say = Console() if Console().is_terminal else Console(width=160)
     if verify and write:
         _fail("pass --verify or --write, not both")
     try:
-        names = list(families or shipped.shipped_families())
+        names = list(families or rebuild.shipped_families())
         for f in names:
-            shipped.profile_for(f)  # an unknown family is a one-line error before anything is built
+            rebuild.profile_for(f)  # an unknown family is a one-line error before anything is built
         if write:
-            for f, path in shipped.ship(names).items():
+            for f, path in rebuild.ship(names).items():
                 man = shipped.manifest(f)
                 say.print(f"{f}: wrote {path} ({man['steps']} warm-start steps, fingerprint {man['fingerprint']})",
                           highlight=False)
@@ -441,7 +441,7 @@ def warmstart(families: Optional[list[str]] = typer.Argument(None, help="micro f
         if verify:
             with tempfile.TemporaryDirectory(prefix="corl-bench-verify-") as tmp:
                 say.print(f"rebuilding {', '.join(names)} from scratch (minutes per family) ...", highlight=False)
-                results = shipped.verify(names, Path(tmp))
+                results = rebuild.verify(names, Path(tmp))
             for f, r in results.items():
                 same = r["same_weights"] and r["same_steps"]
                 verdict = "matches the shipped checkpoint" if same else "DIFFERS from the shipped checkpoint (the " \
@@ -454,7 +454,7 @@ def warmstart(families: Optional[list[str]] = typer.Argument(None, help="micro f
             return
         for f in names:
             man = shipped.manifest(f)
-            prof = shipped.profile_for(f)
+            prof = rebuild.profile_for(f)
             current = prof.fingerprint(prof.family(f))
             state = "no shipped checkpoint (warm-started in the cache)" if man is None else (
                 f"shipped, {man['steps']} warm-start steps, dev greedy {man['dev_checks'][-1][1]}, fingerprint "

@@ -60,6 +60,7 @@ CASES: dict[str, tuple] = {
     "unknown-selection-rule": _case(["--set", "eval.select=best"], "eval.select"),
     "unknown-config-key": _case(["--set", "grpo.lrr=1"], "grpo.lrr"),
     "unknown-profile": _case(["--set", "model.profile=paperx"], "model.profile"),
+    "unknown-checkpoint-source": _case(["--set", "model.micro_checkpoints=download"], "model.micro_checkpoints"),
     "unknown-family": _case(["--config", "cfg.yaml"], "gpt5-bpe", {"cfg.yaml": BAD_AGENT_YAML}),
     "unknown-method-option": _case(["--set", "method.options={bogus: 1}"], "method.options.bogus"),
     "unknown-engine-option": _case(["--set", "rollout.engine_options={foo: 1}"], "the hf engine has no option 'foo'"),

@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from corl_bench.config import ConfigError, ModelConfig
-from corl_bench.micro import shipped
+from corl_bench.micro import rebuild, shipped
 from corl_bench.micro.families import BUILTIN_FAMILIES
 from corl_bench.micro.vl_families import VISUAL_FAMILIES
 from corl_bench.registries import FAMILIES
@@ -25,7 +25,7 @@ BUILTIN = sorted({**BUILTIN_FAMILIES, **VISUAL_FAMILIES})
 def test_every_builtin_family_ships_the_checkpoint_of_its_current_recipe_on_cpu(family) -> None:
     man = shipped.manifest(family)
     assert man is not None, f"no shipped checkpoint of {family}: corl-bench warmstart --write {family}"
-    prof = shipped.profile_for(family)
+    prof = rebuild.profile_for(family)
     assert man["fingerprint"] == prof.fingerprint(prof.family(family)), (
         f"{family}'s recipe changed since its checkpoint was shipped: rebuild and commit it "
         f"(corl-bench warmstart --write {family})")
@@ -81,17 +81,17 @@ def test_write_then_verify_a_rebuild_on_a_tiny_family_on_cpu(tmp_path) -> None:
     if fam.name not in FAMILIES:
         FAMILIES.register(fam.name, fam)
     root = tmp_path / "shipped"
-    written = shipped.ship([fam.name], cache_dir=tmp_path / "cache-a", root=root)[fam.name]
+    written = rebuild.ship([fam.name], cache_dir=tmp_path / "cache-a", root=root)[fam.name]
     man = shipped.manifest(fam.name, root)
     assert man["profile"] == "micro" and man["built_with"]["threads"] == 1
-    assert shipped.find(fam.name, shipped.profile_for(fam.name).fingerprint(fam), root=root) == written
-    result = shipped.verify([fam.name], tmp_path / "cache-b", root=root)[fam.name]
+    assert shipped.find(fam.name, rebuild.profile_for(fam.name).fingerprint(fam), root=root) == written
+    result = rebuild.verify([fam.name], tmp_path / "cache-b", root=root)[fam.name]
     assert result["same_weights"] and result["same_steps"] and result["steps"][0] == man["steps"]
     # a build from another recipe (another seed) is reported as different, not hidden
     other = dataclasses.replace(fam, name="tiny-ship-qwen2-bpe-other", seed=5)
     if other.name not in FAMILIES:
         FAMILIES.register(other.name, other)
-    built = shipped.rebuild([other.name], tmp_path / "cache-a")[other.name]
+    built = rebuild.rebuild([other.name], tmp_path / "cache-a")[other.name]
     assert not shipped.compare(built, written)["same_weights"]
 
 
