@@ -14,7 +14,7 @@ Follows the only retrievable code, the fork ``wt-2048/comas`` of ``xxyQwQ/CoMAS`
 With ``s_hat = (s - 1) / 2``: solver reward ``s_hat``, evaluator ``1 - s_hat`` (zero-sum), scorer 0; an unparsable
 score gives the scorer -1 and solver and evaluator 0. Every generated step is one training sample of the agent
 that wrote it. There are no GRPO groups: advantages are REINFORCE++ (reward on the last token, gamma 1, no KL in
-the reward) **whitened over all of the agent's samples, token-weighted** (:func:`corl_bench.train.grpo.whitened_advantages`),
+the reward) **whitened over all of the agent's samples, token-weighted** (:func:`corl_bench.advantages.whitened_advantages`),
 through the :meth:`advantages` hook. All extra generations go through the agents' rollout engines with the run's
 sampling settings. No labels are used (the hidden truth only feeds the harness's monitoring).
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from corl_bench.config import PAPER_ROWS, AgentSpec, ConfigError
-from corl_bench.eval.verifier import Vote, has_boxed, is_equivalent, plurality_vote
+from corl_bench.grading.verifier import Vote, has_boxed, is_equivalent, plurality_vote
 from corl_bench.registries import METHODS
 from corl_bench.rollout.base import Completion, Request, prompt_text
 
@@ -43,9 +43,9 @@ __all__ = ["METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Comple
 
 
 def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
-    """REINFORCE++ advantages whitened over all of an agent's samples (:func:`corl_bench.train.grpo.whitened_advantages`;
+    """REINFORCE++ advantages whitened over all of an agent's samples (:func:`corl_bench.advantages.whitened_advantages`;
     imported on call, so method files stay torch-free)."""
-    from corl_bench.train.grpo import whitened_advantages as whiten
+    from corl_bench.advantages import whitened_advantages as whiten
 
     return whiten(rewards, lengths, eps)
 

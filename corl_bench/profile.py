@@ -142,3 +142,15 @@ def stop_for(profile: Any, agent: Any) -> tuple[str, ...]:
     prompt = getattr(agent, "prompt", "")
     hook = getattr(profile, "stop_strings", None)
     return tuple(hook(prompt)) if prompt and hook is not None else ()
+
+
+def selection_benchmark(rule: str, profile_cls: Any, benchmarks: Sequence[str]) -> str | None:
+    """The benchmark a rule is decided on: the profile's dev split (dev, label-free), the first evaluated benchmark
+    (test-oracle), None (final). Here, beside the profile protocol, because validation of a profile's benchmarks
+    (``hf``) and training's selection (:mod:`corl_bench.train.select`, which re-exports it) both use it."""
+    if rule in ("dev", "label-free"):
+        named = getattr(profile_cls, "dev_benchmark", None)
+        return named() if callable(named) else None
+    if rule == "test-oracle":
+        return benchmarks[0] if benchmarks else None
+    return None

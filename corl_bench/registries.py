@@ -375,7 +375,7 @@ BENCHMARKS: Registry[Any] = Registry("benchmark", loaders=(_load_builtin_benchma
 FAMILIES: Registry[Any] = Registry("model family", loaders=(_load_micro_families,))
 #: Answer extractors (``completion text -> answer or None``), by a spec's ``extractor`` or ``rollout.extractor``.
 EXTRACTORS: Registry[Callable[[str], Any]] = Registry("answer extractor", entry_point_group="corl_bench.extractors")
-for _name, _target in (("qwen", "corl_bench.eval.verifier:extract_normalized"),
+for _name, _target in (("qwen", "corl_bench.grading.verifier:extract_normalized"),
                        ("boxed", "corl_bench.eval.scoring:extract_boxed"),
                        ("flexible", "corl_bench.eval.scoring:extract_flexible"),
                        ("letter", "corl_bench.eval.scoring:extract_letter"),
@@ -385,7 +385,7 @@ for _name, _target in (("qwen", "corl_bench.eval.verifier:extract_normalized"),
 #: Graders (``(answer, gold) -> bool``; one with ``uses_choices = True`` also gets the item's options), by a spec's
 #: ``grader``.
 GRADERS: Registry[Callable[..., bool]] = Registry("grader", entry_point_group="corl_bench.graders")
-for _name, _target in (("math", "corl_bench.eval.verifier:is_correct"), ("exact", "corl_bench.eval.scoring:_exact"),
+for _name, _target in (("math", "corl_bench.grading.verifier:is_correct"), ("exact", "corl_bench.eval.scoring:_exact"),
                        ("letter", "corl_bench.eval.scoring:_letter"),
                        ("tests", "corl_bench.eval.scoring:_tests"),
                        ("mc_letter_or_value", "corl_bench.eval.scoring:mc_letter_or_value")):

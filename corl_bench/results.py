@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import json
 import re
@@ -41,6 +42,15 @@ from typing import Any, Iterable, Iterator, Mapping
 
 TRACKED_PACKAGES = ("corl-bench", "torch", "transformers", "tokenizers", "math-verify", "numpy", "rich", "typer",
                     "pyyaml", "lm-eval", "datasets")
+
+
+def sha256(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MiB blocks (data files, model parts)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

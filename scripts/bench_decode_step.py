@@ -32,7 +32,7 @@ def main() -> int:
     import torch
     from transformers import DynamicCache
 
-    from corl_bench.eval.models import load_model
+    from corl_bench.models.load import load_model
     from corl_bench.rollout.kvcache import growing_cache
 
     if args.threads:

@@ -60,7 +60,7 @@ def main() -> int:
     from corl_bench.eval.evaluator import evaluate_spec, row_grader, with_overrides
     from corl_bench.eval.lmeval_bridge import rows_from_samples, run_lm_eval
     from corl_bench.eval.metrics import score_predictions
-    from corl_bench.eval.models import load_model
+    from corl_bench.models.load import load_model
     from corl_bench.results import read_complete_rows
 
     spec = get_spec(args.benchmark)

@@ -43,7 +43,7 @@ def one(args: argparse.Namespace) -> dict:
     import torch
 
     from corl_bench.config import AgentSpec, GRPOConfig
-    from corl_bench.eval.models import load_model
+    from corl_bench.models.load import load_model
     from corl_bench.rollout import Completion
     from corl_bench.train import grpo
     from corl_bench.train.agent import Agent, TrainSample
@@ -143,12 +143,12 @@ def grid(args: argparse.Namespace) -> int:
         print("  ", json.dumps(res), flush=True)
         rows.append((model, {"micro_batch": mb, "logit_chunk": chunk, "gradient_checkpointing": ckpt, **res}, cmd))
     if not args.no_gemma:
-        from corl_bench.eval.models import ENTRIES
+        from corl_bench.models.entries import ENTRIES
 
         if "gemma3-270m" not in ENTRIES:
-            print("gemma3-270m: no such model entry in corl_bench.eval.models yet; skipped")
+            print("gemma3-270m: no such model entry in corl_bench.models.entries yet; skipped")
         else:
-            prep = [sys.executable, "-c", "from corl_bench.eval.models import load_model; load_model('gemma3-270m')"]
+            prep = [sys.executable, "-c", "from corl_bench.models.load import load_model; load_model('gemma3-270m')"]
             print("$", shlex.join(prep), "   # dequantise + cache once (not measured)", flush=True)
             subprocess.run(prep, cwd=REPO, check=False, stdout=subprocess.DEVNULL)
             for mb, chunk, ckpt in args.gemma:

@@ -125,7 +125,7 @@ def _trl_steps(args, cfg, model, tok, requests, answers) -> tuple[list[float], l
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from corl_bench.eval.verifier import extract_normalized, is_equivalent
+    from corl_bench.grading.verifier import extract_normalized, is_equivalent
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     r = cfg.rollout

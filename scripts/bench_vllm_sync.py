@@ -42,7 +42,7 @@ def _load(name: str):
     import torch
 
     if name == "smol":
-        from corl_bench.eval.models import load_model
+        from corl_bench.models.load import load_model
 
         return load_model("smol")
     from corl_bench.micro.families import BUILTIN_FAMILIES, build_model, build_tokenizer

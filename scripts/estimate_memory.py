@@ -47,7 +47,7 @@ PAPER_MAX_BATCH = {"Qwen/Qwen2.5-3B": 96, "meta-llama/Llama-3.2-3B-Instruct": 32
 
 def resolve_arch(ref: str) -> Arch:
     from corl_bench.hf.fit import arch_of
-    from corl_bench.micro.profile import default_cache_root
+    from corl_bench.models.load import default_cache_root
 
     arch = arch_of(ref, default_cache_root())
     if arch is None:

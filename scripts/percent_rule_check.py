@@ -20,7 +20,7 @@ from pathlib import Path
 
 from corl_bench.eval.specs import get_spec
 from corl_bench.registries import EXTRACTORS
-from corl_bench.eval.verifier import is_correct, is_equivalent
+from corl_bench.grading.verifier import is_correct, is_equivalent
 
 
 def _rows_of(paths: list[Path]) -> list[dict]:

@@ -12,7 +12,7 @@ Candidate sets (``--n`` items each, drawn with a fixed seed): ``arith1`` (single
   ``Question: ... Answer:`` (for base models; generation stops at the next "Question:").
 
 Grading: ``reward`` is the training reward's extractor (the Qwen chain: last ``\\boxed{}``, then "the answer is",
-then the last number; :func:`corl_bench.eval.verifier.extract_normalized`) with the math grader; ``flexible`` is
+then the last number; :func:`corl_bench.grading.verifier.extract_normalized`) with the math grader; ``flexible`` is
 the last number (lm-eval GSM8K flexible-extract). Greedy, ``--max-new-tokens`` (64) per completion. Writes
 ``<out>/base_accuracy.json`` (every completion), ``<out>/base_accuracy.md`` (the table) and the candidate sets as
 ``<out>/sets/<name>.jsonl`` (``data.train=<that file>`` trains on one). Run once, by hand: it is not part of the
@@ -98,9 +98,9 @@ def main() -> None:
 
     import torch
 
-    from corl_bench.eval.models import load_model
+    from corl_bench.models.load import load_model
     from corl_bench.eval.scoring import grade_text
-    from corl_bench.eval.verifier import extract_normalized, is_correct
+    from corl_bench.grading.verifier import extract_normalized, is_correct
     from corl_bench.rollout import SamplingParams, make_engine
 
     torch.set_num_threads(args.threads)

@@ -1,6 +1,7 @@
-"""The import direction of the packages (issue 13): training and rollout never import reporting, reporting never
-imports training, method files import only the method contract, and no two corl_bench modules import each other
-(directly or around a longer loop).
+"""The import direction of the packages (issues 13 and 23): training and rollout never import reporting, reporting never
+imports training, method files import only the method contract, no two corl_bench modules import each other
+(directly or around a longer loop), and the model layer (``corl_bench.models``) sits below every package:
+:data:`FORBIDDEN` lists, rule by rule, the package pairs no import may join.
 
 Every module under ``corl_bench/``, ``trainers/`` and ``baselines/`` (installed as ``corl_bench.trainers`` and
 ``corl_bench.baselines``) is parsed with :mod:`ast`; every import statement counts, at module level or inside a
@@ -127,6 +128,50 @@ def test_the_top_level_never_reaches_training_or_reporting(module: str) -> None:
     """Config, registries, results I/O and the protocols sit below every package (lazy registry entries aside)."""
     bad = sorted(t for t in _reachable(module) if _in(t, "corl_bench.train") or _in(t, "corl_bench.report"))
     assert bad == []
+
+
+#: (importer, imported): no module of the first package may import a module of the second. Each rule names the
+#: wrong-way arrow it forbids (issue 23).
+FORBIDDEN: list[tuple[str, str, str]] = [
+    ("corl_bench.eval", "corl_bench.train", "evaluation loads models through corl_bench.models, not training"),
+    ("corl_bench.eval", "corl_bench.micro", "evaluation reaches a micro family through the registries"),
+    ("corl_bench.eval", "corl_bench.hf", "devices and dtypes live in corl_bench.models.device"),
+    ("corl_bench.rollout", "corl_bench.train", "LoRA merging for weight sync lives in corl_bench.models.lora"),
+    ("corl_bench.method", "corl_bench.train", "the method contract's advantages live in corl_bench.advantages"),
+    ("corl_bench.micro", "corl_bench.eval", "the warm start grades with corl_bench.grading"),
+    ("corl_bench.micro", "corl_bench.train", "a profile sits below training"),
+    ("corl_bench.micro", "corl_bench.hf", "one profile never imports another"),
+    ("corl_bench.hf", "corl_bench.train", "a profile sits below training (selection rules: corl_bench.profile)"),
+    ("corl_bench.hf", "corl_bench.micro", "one profile never imports another (the cache root: corl_bench.models)"),
+    ("corl_bench.report", "corl_bench.micro", "the probe reaches micro suites and models through the registries"),
+    ("corl_bench.report", "corl_bench.hf", "reporting never imports a profile"),
+    ("corl_bench.report", "corl_bench.train", "reporting reads run directories, never training code"),
+    ("corl_bench.grading", "corl_bench.eval", "the verifier sits below evaluation"),
+    ("corl_bench.advantages", "corl_bench.train", "the advantage estimators sit below training"),
+] + [("corl_bench.models", upper, "the model layer sits below everything")
+     for upper in ("corl_bench.eval", "corl_bench.train", "corl_bench.report", "corl_bench.micro", "corl_bench.hf",
+                   "corl_bench.rollout", "corl_bench.method", "corl_bench.cli", "corl_bench.grading")]
+
+
+@pytest.mark.parametrize("sources,forbidden,why", FORBIDDEN, ids=[f"{a}-/->{b}" for a, b, _ in FORBIDDEN])
+def test_no_wrong_way_import(sources: str, forbidden: str, why: str) -> None:
+    """Every import counts (module level or inside a function); ``why`` says where the thing went instead."""
+    assert _violations(sources, forbidden) == [], why
+
+
+def test_the_model_layer_reaches_no_upper_package() -> None:
+    """Not even through another module (registries and config included): loading a model loads no trainer, no
+    evaluator, no report and no profile module."""
+    upper = ("corl_bench.eval", "corl_bench.train", "corl_bench.report", "corl_bench.micro", "corl_bench.hf",
+             "corl_bench.rollout")
+    bad = sorted(f"{m} reaches {t}" for m in GRAPH if _in(m, "corl_bench.models")
+                 for t in _reachable(m) if any(_in(t, u) for u in upper))
+    assert bad == []
+
+
+def test_the_model_layer_exists() -> None:
+    assert {"corl_bench.models.load", "corl_bench.models.entries", "corl_bench.models.hub",
+            "corl_bench.models.device", "corl_bench.grading.verifier", "corl_bench.advantages"} <= set(MODULES)
 
 
 def test_reporting_layers_point_one_way() -> None:

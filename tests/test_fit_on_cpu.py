@@ -32,7 +32,7 @@ def test_the_estimate_reproduces_the_readme_table_on_cpu() -> None:
 def test_the_smol_entrys_architecture_is_its_gguf_header_on_cpu() -> None:
     import gguf
 
-    from corl_bench.eval.models import ENTRIES, gguf_path
+    from corl_bench.models.entries import ENTRIES, gguf_path
 
     fields = gguf.GGUFReader(str(gguf_path(ENTRIES["smol"]))).fields
 

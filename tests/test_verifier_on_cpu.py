@@ -1,4 +1,4 @@
-"""Table-driven tests for corl_bench.eval.verifier (extraction, normalisation, equivalence, voting)."""
+"""Table-driven tests for corl_bench.grading.verifier (extraction, normalisation, equivalence, voting)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from corl_bench.eval.verifier import (
+from corl_bench.grading.verifier import (
     NO_ANSWER,
     Vote,
     _math_verify_equal,
@@ -208,7 +208,7 @@ def test_decimal_fast_path_timing() -> None:
 
 
 def test_import_is_cheap() -> None:
-    code = "import corl_bench.eval.verifier, sys; assert 'math_verify' not in sys.modules"
+    code = "import corl_bench.grading.verifier, sys; assert 'math_verify' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

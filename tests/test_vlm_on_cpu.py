@@ -16,7 +16,7 @@ import torch
 
 from corl_bench.config import AgentSpec, GRPOConfig
 from corl_bench.rollout import Request, SamplingParams, make_engine
-from corl_bench.rollout.images import VisionCodec, attach, codec_of
+from corl_bench.models.images import VisionCodec, attach, codec_of
 
 TINY_TEXT = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
              "intermediate_size": 64}

@@ -1,6 +1,6 @@
 """GT-Reward: the supervised reference. Reward 1 when the extracted answer is equivalent to the dataset answer.
 
-The same verifier as evaluation (``corl_bench.eval.verifier``); no format reward, as in the reference GRPO scripts
+The same verifier as evaluation (``corl_bench.grading.verifier``); no format reward, as in the reference GRPO scripts
 (methods.md section 2). The only method that sees labels: it declares ``uses_labels = True``.
 """
 

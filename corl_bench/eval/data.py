@@ -33,7 +33,6 @@ is frozen with its images copied beside the rows (``<set>/images/...``; the chec
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -45,6 +44,7 @@ from corl_bench.config import ConfigError
 from corl_bench.eval.converters import converter_for
 from corl_bench.eval.gpqa import GPQA_REPO, gpqa_rows  # re-exported: the gpqa converter's row conversion
 from corl_bench.eval.specs import BenchmarkSpec
+from corl_bench.results import sha256  # re-exported: the file hash moved to results I/O (issue 23)
 
 __all__ = ["CHECKSUMS", "DATA_ENV", "GPQA_REPO", "check_available", "data_dirs", "frozen_file", "gpqa_rows", "load_rows",
            "locate", "prepare", "read_jsonl", "sha256"]
@@ -59,14 +59,6 @@ def data_dirs(data_dir: str | Path | None = None) -> list[Path]:
     dirs = [Path(data_dir)] if data_dir else []
     dirs += [Path(p) for p in os.environ.get(DATA_ENV, "").split(os.pathsep) if p]
     return dirs
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _verify(root: Path, rel: str) -> None:

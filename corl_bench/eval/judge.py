@@ -59,7 +59,7 @@ def parse_verdict(text: Optional[str]) -> Optional[bool]:
 def check_judge(ref: str) -> Path:
     """The judge model's folder (a ``save_pretrained`` folder, or a hub id's snapshot in the local Hugging Face
     cache); a one-line ConfigError when it is absent (the judge is never downloaded mid-evaluation)."""
-    from corl_bench.eval.models import HUB_ID, hub_cache_dirs, hub_snapshot
+    from corl_bench.models.hub import HUB_ID, hub_cache_dirs, hub_snapshot
 
     path = Path(ref).expanduser()
     if path.exists():
@@ -102,7 +102,7 @@ class Judge:
 
     def _load(self) -> None:
         if self._model is None:
-            from corl_bench.eval.models import load_folder
+            from corl_bench.models.load import load_folder
 
             self._model, self._tok = load_folder(self.path, device=self.device)
 

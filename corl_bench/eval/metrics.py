@@ -11,7 +11,7 @@ Definitions (``k`` = sampled completions per problem):
   ``c`` are correct, evaluated in the numerically stable product form.
 
 :func:`score_predictions` regrades every predictions row from its ``completion`` and ``gold`` with
-:func:`corl_bench.eval.verifier.grade`; the stored ``extracted`` / ``correct`` fields are never trusted,
+:func:`corl_bench.grading.verifier.grade`; the stored ``extracted`` / ``correct`` fields are never trusted,
 so a verifier fix re-scores old predictions.  This module never imports torch.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from corl_bench.eval.verifier import grade, is_correct, plurality_vote
+from corl_bench.grading.verifier import grade, is_correct, plurality_vote
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +75,10 @@ def avg_at_k(correct: Sequence[bool]) -> float:
 def maj_at_k(answers: Sequence[Optional[str]], gold: str) -> bool:
     """Whether the plurality answer of ``answers`` is equivalent to ``gold``.
 
-    ``answers`` are normalised extracted answers (:func:`corl_bench.eval.verifier.extract_normalized`),
+    ``answers`` are normalised extracted answers (:func:`corl_bench.grading.verifier.extract_normalized`),
     None for "no answer".  Votes are by exact string equality via
-    :func:`corl_bench.eval.verifier.plurality_vote` (None never votes, ties go to the first seen); the
-    winner is graded with :func:`corl_bench.eval.verifier.is_correct`.  No valid answer -> False.
+    :func:`corl_bench.grading.verifier.plurality_vote` (None never votes, ties go to the first seen); the
+    winner is graded with :func:`corl_bench.grading.verifier.is_correct`.  No valid answer -> False.
     """
     vote = plurality_vote(list(answers))
     if vote.label is None:
@@ -152,7 +152,7 @@ def score_predictions(rows: Iterable[Mapping[str, Any]], grade_row: RowGrader | 
 
     Every row needs ``problem_id``, ``decoding`` (``"greedy"`` or ``"sampled"``), ``completion`` and
     ``gold``; ``finished`` is optional (absent counts as finished).  Correctness and the extracted
-    answer are recomputed from the completion by ``grade_row`` (default: :func:`corl_bench.eval.verifier.grade`
+    answer are recomputed from the completion by ``grade_row`` (default: :func:`corl_bench.grading.verifier.grade`
     against ``gold``; :func:`corl_bench.eval.evaluator.row_grader` gives a benchmark spec's extractor and grader, and
     for code the stored execution result).  Rows are grouped by
     ``problem_id``; a problem with several greedy rows scores their mean.  Means are over the

@@ -3,7 +3,7 @@
 Extractors (completion -> answer string or None):
 
     qwen       the Qwen2.5-Math chain of the training reward (minerva, last \\boxed, "the answer is", last number),
-               Hendrycks-normalised — :func:`corl_bench.eval.verifier.extract_normalized`
+               Hendrycks-normalised — :func:`corl_bench.grading.verifier.extract_normalized`
     boxed      only the last \\boxed{...} (the paper's MATH-500/AMC evaluation); None without one
     flexible   lm-eval GSM8K ``flexible-extract``: the last number in the text ($ and thousands commas dropped)
     letter     the last \\boxed{A-J} letter, else "answer is (X)" / "answer: X" (GPQA, boxed protocol)
@@ -13,7 +13,7 @@ Extractors (completion -> answer string or None):
                NO fallback: without a tag (or with an empty one) the answer is None. A content that is exactly one
                ``\\boxed{...}`` is unwrapped; the result is Hendrycks-normalised like ``boxed``'s
 
-Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.eval.verifier.is_correct`: exact, numeric, then
+Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.grading.verifier.is_correct`: exact, numeric, then
 math-verify, then the Qwen evaluation grader's percent rule), ``exact`` (string equality after stripping), ``letter`` (case-insensitive letter equality),
 ``tests`` (code: the program must pass the benchmark's tests in the sandbox; graded by :mod:`corl_bench.eval.codeexec`,
 not here) and ``mc_letter_or_value`` (the multimodal benchmarks' multiple-choice fix, :func:`mc_letter_or_value`: it
@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from corl_bench.eval.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
+from corl_bench.grading.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
 from corl_bench.registries import EXTRACTORS, GRADERS
 
 __all__ = ["EXTRACTORS", "GRADERS", "LETTERS", "USES_CHOICES", "answer_tag_content", "extract_answer_tag",
@@ -157,7 +157,7 @@ def gold_index(gold: Optional[str], choices: Optional[Sequence[str]]) -> Optiona
 def mc_letter_or_value(pred: Optional[str], gold: Optional[str], choices: Optional[Sequence[str]] = None) -> bool:
     """The paper's multiple-choice letter-or-value fix (``mllm/eval/grade.py``): an answer to a multiple-choice item
     is right when it names the gold option's letter ("B", "(B)", "B.", "B: text") or equals the gold option's text or
-    value (string equality ignoring case and spacing, else :func:`corl_bench.eval.verifier.is_correct`: numbers,
+    value (string equality ignoring case and spacing, else :func:`corl_bench.grading.verifier.is_correct`: numbers,
     LaTeX, math-verify). An answer that names a letter is judged by the letter alone ("B: 60" with gold C is wrong
     even when C's text is 60). Without options (a free-form item) it is the ``math`` grader; with options whose gold
     is neither a letter nor an option text, the answer must equal the gold (``math``) or name a letter equal to it."""

@@ -6,7 +6,7 @@ Targets:
   model (``--phase base``: the micro family checkpoint); predictions go to ``<run>/eval/<phase>/<agent>/``, next to
   the micro evaluation, so ``corl-bench table`` shows the new benchmarks as more columns of the same rows;
   ``RUN_DIR:agent`` picks one agent (by name, or by family when exactly one agent has it);
-* anything :func:`corl_bench.eval.models.load_model` understands (a ``save_pretrained`` folder, ``smol``, a micro
+* anything :func:`corl_bench.models.load.load_model` understands (a ``save_pretrained`` folder, ``smol``, a micro
   family): predictions go to ``<out>/eval/final/<name>/`` with a ``run.json`` of method ``base``, so the model
   appears as a Base row in ``corl-bench table``.
 
@@ -146,7 +146,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     from corl_bench.eval.data import load_rows
     from corl_bench.eval.evaluator import evaluate, with_overrides
     from corl_bench.eval.items import build_items
-    from corl_bench.eval.models import load_model
+    from corl_bench.models.load import load_model
     from corl_bench.rollout import make_engine
 
     if phase not in ("final", "base"):

@@ -89,7 +89,9 @@ def arch_of(ref: str, cache_root: Path | None = None) -> Arch | None:
         return from_config(path, path.parent.name)
     if (path / "config.json").is_file():
         return from_config(path / "config.json", path.name)
-    from corl_bench.eval.models import ENTRIES, entry_dir, hub_snapshot, kind
+    from corl_bench.models.entries import ENTRIES, entry_dir
+    from corl_bench.models.hub import hub_snapshot
+    from corl_bench.models.load import kind
 
     if ref in ENTRIES and cache_root is not None:
         try:

@@ -4,7 +4,7 @@ Models. A cohort agent's ``family`` is a model entry (``smol``: SmolLM2-135M-Ins
 Gemma-3-270M — both installed from the package index, dequantised once into ``<cache>/models/``), a
 ``save_pretrained`` folder, or a hub id (``Qwen/Qwen2.5-3B``) read from the local Hugging Face cache; one that is not
 cached is downloaded before the run directory is created, or refused by validation when ``HF_HUB_OFFLINE`` is set
-(:mod:`corl_bench.eval.models`). Each model is loaded on its agent's ``device`` (else
+(:mod:`corl_bench.models`). Each model is loaded on its agent's ``device`` (else
 ``model.device``; ``auto`` = a GPU when one is visible) in ``model.dtype`` (``auto`` = bf16 on CUDA, fp32 on the CPU);
 a folder's own code runs only with ``model.trust_remote_code=true``.
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def _cache_root(cfg: ModelConfig) -> Path:
-    from corl_bench.micro.profile import default_cache_root
+    from corl_bench.models.load import default_cache_root
 
     return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
 
@@ -91,7 +91,7 @@ class HFProfile:
     @classmethod
     def check_agent(cls, agent: Any) -> None:
         """The agent's ``family`` must be an installed model entry, a model folder or a cached hub id."""
-        from corl_bench.eval.models import check_ref
+        from corl_bench.models.load import check_ref
 
         try:
             check_ref(agent.family)
@@ -106,7 +106,7 @@ class HFProfile:
     def takes_images(cls, agent: Any) -> bool | None:
         """Whether the agent's model takes images (a vision-language checkpoint with its image layout); None for a
         hub model that is not downloaded yet (checked again once it is, before the run writes anything)."""
-        from corl_bench.eval.models import takes_images
+        from corl_bench.models.load import takes_images
 
         return takes_images(agent.family)
 
@@ -192,7 +192,7 @@ class HFProfile:
         """``data.train`` can be read (a local copy, a JSONL file, or a hub copy with ``datasets`` installed), the
         evaluated benchmarks have data, and the rephrasing model exists when an agent sees the rephrased view."""
         from corl_bench.eval.data import check_available
-        from corl_bench.eval.models import check_ref
+        from corl_bench.models.load import check_ref
         from corl_bench.eval.specs import get_spec
         from corl_bench.hf.data import check_source
 
@@ -204,7 +204,7 @@ class HFProfile:
                     raise ConfigError(f"data.train={source.name} has images and agent {agent.name!r} "
                                       f"({agent.family}) is a text model; train it on a text set (e.g. "
                                       "data.train=math-level345) or give the cohort vision-language models")
-        from corl_bench.train.select import selection_benchmark
+        from corl_bench.profile import selection_benchmark
 
         split = selection_benchmark(cfg.eval.select, cls, cfg.eval.benchmarks) if cfg.eval.select in (
             "dev", "label-free") else None
@@ -220,7 +220,8 @@ class HFProfile:
     def fetch(cls, cfg: Any) -> None:
         """Download the hub models of the run that are not cached yet, before its run directory exists (a failed
         download then leaves nothing behind); with ``HF_HUB_OFFLINE`` set validation has refused them already."""
-        from corl_bench.eval.models import fetch_hub, hub_snapshot, kind
+        from corl_bench.models.hub import fetch_hub, hub_snapshot
+        from corl_bench.models.load import kind
 
         refs = [a.family for a in cfg.cohort.agents]
         if any(a.view == "rephrased" for a in cfg.cohort.agents):
@@ -232,9 +233,9 @@ class HFProfile:
 
     def check_writable(self, models: Sequence[str]) -> None:
         if self.missing(models):
-            from corl_bench.micro.profile import _check_creatable
+            from corl_bench.models.load import check_creatable
 
-            _check_creatable(self.cache_root, "the model cache", "set model.cache_dir or $CORL_BENCH_CACHE to a "
+            check_creatable(self.cache_root, "the model cache", "set model.cache_dir or $CORL_BENCH_CACHE to a "
                              "writable directory")
 
     # ------------------------------------------------------------------ models
@@ -244,14 +245,14 @@ class HFProfile:
 
     def missing(self, models: Sequence[str]) -> list[str]:
         """Model entries whose dequantised folder is not cached yet (folders and hub ids need nothing)."""
-        from corl_bench.eval.models import ENTRIES, entry_dir
+        from corl_bench.models.entries import ENTRIES, entry_dir
 
         return [m for m in dict.fromkeys(models) if m in ENTRIES
                 and not (entry_dir(m, self.cache_root) / "config.json").is_file()]
 
     def prepare(self, models: Sequence[str], progress: Any = None) -> None:
         """Assemble and dequantise every missing model entry once (the files stay cached)."""
-        from corl_bench.eval.models import dequantise
+        from corl_bench.models.entries import dequantise
 
         for m in self.missing(models):
             if progress is not None:
@@ -262,7 +263,7 @@ class HFProfile:
 
     def load(self, model: str, device: str | None = None) -> tuple[Any, Any]:
         """(model in eval mode on ``device`` in ``model.dtype``, left-padding tokenizer)."""
-        from corl_bench.eval.models import load_folder, model_folder
+        from corl_bench.models.load import load_folder, model_folder
 
         m, tok = load_folder(model_folder(model, self.cache_root), device=device or self.model_cfg.device,
                              dtype=self.model_cfg.dtype, trust_remote_code=self.model_cfg.trust_remote_code)
@@ -272,7 +273,7 @@ class HFProfile:
     def tokenizer(self, model: str) -> Any:
         """The tokenizer of ``model`` (the loaded one, else read from its folder without the weights)."""
         if model not in self._tokenizers:
-            from corl_bench.eval.models import load_tokenizer, model_folder
+            from corl_bench.models.load import load_tokenizer, model_folder
 
             self._tokenizers[model] = load_tokenizer(model_folder(model, self.cache_root),
                                                      self.model_cfg.trust_remote_code)

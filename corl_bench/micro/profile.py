@@ -29,6 +29,8 @@ from corl_bench.rollout.base import Request
 from corl_bench.micro.families import Family
 from corl_bench.micro.tasks import SUITE_VERSION, Problem, problem_stream, test_suite
 from corl_bench.micro.warmstart import render_prompt
+from corl_bench.models.load import check_creatable as _check_creatable
+from corl_bench.models.load import default_cache_root  # re-exported: moved to the model layer (issue 23)
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = "1"
@@ -46,11 +48,6 @@ class BenchItem:
 
     def prompt(self, view: str = "original") -> str:
         return render_prompt(self.problem.text(view))
-
-
-def default_cache_root() -> Path:
-    env = os.environ.get("CORL_BENCH_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "corl-bench"
 
 
 def fingerprint(family: Any, suite: str = SUITE_VERSION) -> str:
@@ -79,15 +76,6 @@ def _pump(family: str, proc: subprocess.Popen, progress: ProgressFn | None) -> N
         parts = line.split()
         if len(parts) == 3 and parts[0] == "PROGRESS" and progress is not None:
             progress(family, int(parts[1]), int(parts[2]))
-
-
-def _check_creatable(path: Path, what: str, fix: str) -> None:
-    """ConfigError unless ``path`` exists as a writable directory or its nearest existing ancestor is writable."""
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot create {what} {path} ({probe} is not a writable directory); {fix}")
 
 
 class MicroProfile:
@@ -209,7 +197,7 @@ class MicroProfile:
 
             model = model.to(torch.bfloat16)
         if device is not None:
-            from corl_bench.hf.device import resolve_device
+            from corl_bench.models.device import resolve_device
 
             where = resolve_device(device)
             if where != "cpu":

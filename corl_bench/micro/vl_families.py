@@ -82,7 +82,7 @@ def layout_tokens(style: str) -> tuple[str, ...]:
 
 def build_codec(family: VisualFamily, tokenizer: Any) -> Any:
     """The family's image processor (PIL) and image layout around ``tokenizer``."""
-    from corl_bench.rollout.images import ImageLayout, VisionCodec
+    from corl_bench.models.images import ImageLayout, VisionCodec
 
     vis = family.vision_config
     try:  # the PIL image processors (transformers 5): the default ones import torchvision

@@ -3,7 +3,7 @@
 The text warm start (:mod:`corl_bench.micro.warmstart`) with images: each example is (image, question in a view)
 -> the family's solution (:func:`corl_bench.micro.visual.flawed_solution`: correct, or carrying the family's
 systematic flaw); loss on the solution tokens only; the vision tower, projector and language model all train from
-scratch. Prompts are encoded by the same :class:`corl_bench.rollout.images.VisionCodec` the rollout engines and the
+scratch. Prompts are encoded by the same :class:`corl_bench.models.images.VisionCodec` the rollout engines and the
 training forward pass use, and the stopping check decodes greedily through the ``hf`` engine, so the accuracy it
 stops at is the one a run measures. Seeded and single-threaded: a rebuilt checkpoint is bit-identical on the same
 machine and torch build.
@@ -37,7 +37,7 @@ def _dev_set(family: VisualFamily, n: int = 96) -> list[Any]:
 
 def dev_accuracy(model: Any, tok: Any, problems: list[Any], max_new_tokens: int = 40) -> float:
     """Greedy accuracy on ``problems`` (original view) through the ``hf`` engine, graded by the project's verifier."""
-    from corl_bench.eval.verifier import grade
+    from corl_bench.grading.verifier import grade
     from corl_bench.rollout import SamplingParams, make_engine
 
     model.eval()
@@ -62,11 +62,11 @@ def _examples(family: VisualFamily, n: int, seed: int) -> list[tuple[Any, str, s
 def warm_start(family: VisualFamily, *, steps: int | None = None,
                progress: Callable[[int, int, Any], None] | None = None, threads: int = 1) -> tuple[Any, Any, dict]:
     """Build tokenizer, codec and model for ``family`` and train them; returns (model, tokenizer, record). The
-    tokenizer carries the codec (:func:`corl_bench.rollout.images.codec_of`)."""
+    tokenizer carries the codec (:func:`corl_bench.models.images.codec_of`)."""
     import torch
 
     from corl_bench.micro.families import build_tokenizer
-    from corl_bench.rollout.images import attach
+    from corl_bench.models.images import attach
 
     torch.set_num_threads(threads)
     steps = family.warmstart_steps if steps is None else steps
@@ -101,7 +101,7 @@ def warm_start(family: VisualFamily, *, steps: int | None = None,
 
 def save_checkpoint(model: Any, tok: Any, record: dict, path: Path) -> None:
     """Model, tokenizer, image processor and image layout, and the warm-start record, as one folder."""
-    from corl_bench.rollout.images import codec_of
+    from corl_bench.models.images import codec_of
 
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
@@ -114,7 +114,7 @@ def load_checkpoint(path: Path) -> tuple[Any, Any]:
     """(model in eval mode, left-padding tokenizer carrying its codec) from a :func:`save_checkpoint` folder."""
     from transformers import AutoModelForImageTextToText, PreTrainedTokenizerFast
 
-    from corl_bench.rollout.images import VisionCodec, attach
+    from corl_bench.models.images import VisionCodec, attach
 
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     tok.padding_side = "left"

@@ -46,7 +46,7 @@ def dev_accuracy(model: Any, tok: Any, problems: list[Any], max_new_tokens: int 
     """Greedy accuracy on ``problems`` (original view), graded by the project's verifier."""
     import torch
 
-    from corl_bench.eval.verifier import grade
+    from corl_bench.grading.verifier import grade
 
     model.eval()
     enc = tok([render_prompt(p.text("original")) for p in problems], return_tensors="pt", padding=True)

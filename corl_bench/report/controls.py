@@ -71,7 +71,7 @@ def ensemble_majority(rows_a: Iterable[Mapping[str, Any]], rows_b: Iterable[Mapp
     """maj@(2 * per_model) of the pooled first ``per_model`` samples of A and B, and each model's own.
 
     Rows are predictions rows (``problem_id``, ``decoding``, ``sample_index``, ``completion``, ``gold``); only
-    ``sampled`` rows count and they are regraded by ``grade_row`` (default :func:`corl_bench.eval.verifier.grade`).
+    ``sampled`` rows count and they are regraded by ``grade_row`` (default :func:`corl_bench.grading.verifier.grade`).
     ConfigError (one line) when the two cover different problems, disagree on a gold answer, or a model has fewer
     than 2 * per_model samples of a problem.
     """

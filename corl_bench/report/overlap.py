@@ -7,7 +7,7 @@ Pure functions over per-problem outcomes ``(extracted answer, correct)`` of two 
   models right on every problem, or both wrong on every problem) kappa is 0/0: it is reported as None with a reason.
 * **c** (complementarity) - share of problems where exactly one model is right.
 * **w** (wrong-agreement) - share of problems where both are wrong *with the same answer*; "same" is the benchmark's
-  answer equivalence (:func:`corl_bench.eval.verifier.is_equivalent` for math, so ``0.5`` and ``1/2`` agree). A missing
+  answer equivalence (:func:`corl_bench.grading.verifier.is_equivalent` for math, so ``0.5`` and ``1/2`` agree). A missing
   answer (None) never agrees with anything.
 * **u** - the paper does not define u. Our reading: the share where **at least one** model is right (the union,
   ``1 - both wrong`` = pass@2 of the pair). This is the only reading consistent with the paper's own rows: for its
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from corl_bench.config import ConfigError
-from corl_bench.eval.verifier import grade, is_equivalent
+from corl_bench.grading.verifier import grade, is_equivalent
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +150,14 @@ def mean_overlap(draws: Sequence[Overlap]) -> Overlap:
 
 
 def default_row_grader(row: Mapping[str, Any]) -> Outcome:
-    """(extracted, correct) of a predictions row regraded from its completion by :func:`corl_bench.eval.verifier.grade`."""
+    """(extracted, correct) of a predictions row regraded from its completion by :func:`corl_bench.grading.verifier.grade`."""
     return grade(str(row.get("completion") or ""), str(row["gold"]))
 
 
 def outcomes_from_rows(rows: Iterable[Mapping[str, Any]], *, decoding: str = "sampled", sample_index: int = 0,
                        grade_row: RowGrader | None = None, name: str = "predictions") -> dict[str, Outcome]:
     """problem id -> (extracted, correct) of the row with this decoding and sample index, regraded by
-    ``grade_row`` (default :func:`corl_bench.eval.verifier.grade`; stored ``extracted`` / ``correct`` are not trusted).
+    ``grade_row`` (default :func:`corl_bench.grading.verifier.grade`; stored ``extracted`` / ``correct`` are not trusted).
     A problem with several such rows keeps the first. ConfigError if no row matches."""
     grader = grade_row or default_row_grader
     out: dict[str, Outcome] = {}

@@ -38,7 +38,7 @@ _SEED = re.compile(r"(.+)@(\d+)")
 
 @dataclass(frozen=True)
 class ProbeModel:
-    """One model to probe: its label in tables, what :func:`corl_bench.eval.models.load_model` takes, its seed."""
+    """One model to probe: its label in tables, what :func:`corl_bench.models.load.load_model` takes, its seed."""
 
     label: str
     ref: str
@@ -120,7 +120,7 @@ def _seed_offsets(run: Path) -> dict[str, int]:
 
 def _check_ref(ref: str) -> None:
     """Fail before anything is generated when a model reference cannot be loaded by name."""
-    from corl_bench.eval.models import ENTRIES
+    from corl_bench.models.entries import ENTRIES
     from corl_bench.registries import FAMILIES
 
     if ref not in ENTRIES and not Path(ref).exists() and ref not in FAMILIES:
@@ -180,7 +180,7 @@ def recorded_decoding(path: Path, benchmark: str) -> Optional[dict[str, Any]]:
 def equivalence_for(spec: BenchmarkSpec) -> Equivalence | None:
     """How two wrong answers of this benchmark are compared for w (None for code: programs are not compared)."""
     from corl_bench.registries import GRADERS
-    from corl_bench.eval.verifier import is_equivalent
+    from corl_bench.grading.verifier import is_equivalent
 
     if spec.grader == "tests":
         return None
@@ -250,18 +250,21 @@ def probe_items(spec: BenchmarkSpec, data_dir: str | None = None) -> list[Any]:
     """The benchmark's items: a micro suite (generated) or a data benchmark (local copy or hub)."""
     from corl_bench.eval.items import Item, build_items
 
-    if spec.profile == "micro":
-        from corl_bench.micro.tasks import test_suite
-
-        return [Item(p.id, p.text("original"), p.answer) for p in test_suite(str(spec.source.suite))]
+    if spec.profile == "micro":  # the suite's problems, asked with their original wording
+        return [Item(b.id, b.problem.text("original"), b.gold) for b in _profile_items(spec)]
     if spec.profile == "micro-visual":  # items that ask with their drawn scene
-        from corl_bench.micro.visual import visual_suite
-        from corl_bench.micro.vl_profile import VisualItem
-
-        return [VisualItem(p.id, p, p.answer) for p in visual_suite(str(spec.source.suite))]
+        return _profile_items(spec)
     from corl_bench.eval.data import load_rows
 
     return build_items(spec, load_rows(spec, data_dir))
+
+
+def _profile_items(spec: BenchmarkSpec) -> list[Any]:
+    """The items of a generated suite, from the profile that owns it (found through the registries: reporting imports
+    no profile)."""
+    from corl_bench.registries import PROFILES
+
+    return PROFILES.get(spec.profile)().suite_items(str(spec.source.suite))
 
 
 def probe_decoding(spec: BenchmarkSpec, *, samples: int = 1, temperature: float = 0.8, greedy: bool = False,
@@ -333,7 +336,7 @@ def probe_generate(args: Sequence[str], benchmark: str, *, samples: int = 1, tem
         todo = _missing(path, items, dec)
         if todo:
             from corl_bench.eval.evaluator import evaluate_spec
-            from corl_bench.eval.models import load_model
+            from corl_bench.models.load import load_model
 
             report(f"{m.label}: generating {todo} completions ({m.ref}, seed {m.seed})")
             model, tok = load_model(m.ref)

@@ -117,14 +117,14 @@ class InProcessEngine:
 
     def encode(self, requests: Sequence[Prompt], device: Any) -> dict[str, Any]:
         """Left-padded ``input_ids`` and ``attention_mask`` (B, L) of a batch of requests on ``device``, plus the image
-        inputs of a vision-language model when requests carry images (:mod:`corl_bench.rollout.images`).
+        inputs of a vision-language model when requests carry images (:mod:`corl_bench.models.images`).
 
         Text requests are tokenized together exactly as ``tokenizer(texts, padding=True)`` does; token-id requests
         are left-padded with the pad token. Images are refused by engines without an image path.
         """
         import torch
 
-        from corl_bench.rollout.images import codec_of
+        from corl_bench.models.images import codec_of
 
         reqs = as_requests(requests)
         tok = self.tokenizer  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, SamplingParams
-from corl_bench.rollout.images import codec_of
+from corl_bench.models.images import codec_of
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ pass. With ``top_p < 1`` vLLM reports the log-prob under the *renormalised nucle
 "temperature-scaled, before top-p".)
 
 **Weight sync** (``sync_weights(model)``, called by the agent after every update; LoRA-injected models are synced
-as merged weights, :func:`corl_bench.train.memory.merged_state_dict`):
+as merged weights, :func:`corl_bench.models.lora.merged_state_dict`):
 
 * ``load_weights`` — in process, from memory: the worker's ``reload_weights(weights_iterator=...)`` (vLLM's
   layer-wise in-place reload: it restores checkpoint-format parameters, calls ``model.load_weights`` and redoes the
@@ -84,9 +84,9 @@ def vllm_unavailable() -> str | None:
 
 def state_dict_for_sync(model: Any) -> dict[str, torch.Tensor]:
     """The plain (merged, for LoRA) state dict of ``model``, with ``lm_head.weight`` present even when tied."""
-    from corl_bench.train import memory
+    from corl_bench.models.lora import has_lora, merged_state_dict
 
-    sd = memory.merged_state_dict(model) if memory.has_lora(model) else model.state_dict()
+    sd = merged_state_dict(model) if has_lora(model) else model.state_dict()
     sd = {k: v.detach() for k, v in sd.items()}
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     names = [n for n, m in model.named_modules() if m is head and ".lora_" not in n] if head is not None else []

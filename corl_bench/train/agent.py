@@ -35,7 +35,7 @@ import torch
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig
 from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, as_request, make_engine
-from corl_bench.rollout.images import codec_of
+from corl_bench.models.images import codec_of
 from corl_bench.train import grpo, memory, prefix
 
 log = logging.getLogger(__name__)

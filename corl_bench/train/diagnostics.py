@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from corl_bench.method import AgentRewards, AgentRollouts
-from corl_bench.eval.verifier import Vote, is_equivalent
+from corl_bench.grading.verifier import Vote, is_equivalent
 
 
 def _mean(xs: Sequence[float]) -> float | None:

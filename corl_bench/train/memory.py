@@ -21,7 +21,11 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
+from corl_bench.models.lora import has_lora, merged_state_dict  # noqa: F401 (re-export: moved to models.lora, issue 23)
+
 log = logging.getLogger(__name__)
+
+__all__ = ["PEFT_INSTALL", "SplitLM", "apply_lora", "enable_gradient_checkpointing", "has_lora", "merged_state_dict"]
 
 PEFT_INSTALL = "pip install -c constraints-cpu.txt peft"
 
@@ -124,32 +128,3 @@ def apply_lora(model: Any, rank: int, alpha: float, dropout: float, targets: Seq
     n_train = sum(p.numel() for p in base.parameters() if p.requires_grad)
     log.info("LoRA r=%d alpha=%g on %s: %d trainable parameters", rank, alpha, target, n_train)
     return base
-
-
-def has_lora(model: Any) -> bool:
-    return bool(getattr(model, "_corl_lora", False))
-
-
-@torch.no_grad()
-def merged_state_dict(model: Any) -> dict[str, Tensor]:
-    """The plain state dict of a LoRA-injected model with every adapter merged into its base weight.
-
-    Keys are those of the model without adapters (``...q_proj.weight``, not ``...q_proj.base_layer.weight``);
-    values are new tensors for merged weights and the model's own tensors otherwise (do not modify them).
-    """
-    from peft.tuners.lora import LoraLayer
-
-    deltas = {}
-    for name, module in model.named_modules():
-        if isinstance(module, LoraLayer):
-            for adapter in module.active_adapters:
-                if adapter in module.lora_A or adapter in getattr(module, "lora_embedding_A", {}):
-                    d = module.get_delta_weight(adapter)
-                    deltas[f"{name}.weight"] = deltas[f"{name}.weight"] + d if f"{name}.weight" in deltas else d
-    out = {}
-    for key, value in model.state_dict().items():
-        if ".lora_" in key:
-            continue
-        plain = key.replace(".base_layer.", ".")
-        out[plain] = value + deltas[plain].to(value.dtype) if plain in deltas else value
-    return out

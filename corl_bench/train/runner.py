@@ -169,7 +169,7 @@ def _check_devices(cfg: Config) -> None:
     for device in wanted:
         if device and device.startswith("cuda"):
             from corl_bench.config import MachineError, machine_problem
-            from corl_bench.hf.device import resolve_device
+            from corl_bench.models.device import resolve_device
 
             try:
                 resolve_device(device)

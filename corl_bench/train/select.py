@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from corl_bench.config import SELECT_RULES, ConfigError
+from corl_bench.profile import selection_benchmark  # re-exported: the profiles use it too (issue 23)
 
 log = logging.getLogger(__name__)
 
@@ -125,17 +126,6 @@ def peer_agreement(votes: Mapping[str, Mapping[str, Optional[str]]]) -> dict[str
                 shares.append(sum(mine[p] is not None and mine[p] == theirs[p] for p in shared) / len(shared))
         out[name] = sum(shares) / len(shares) if shares else None
     return out
-
-
-def selection_benchmark(rule: str, profile_cls: Any, benchmarks: Sequence[str]) -> Optional[str]:
-    """The benchmark a rule is decided on: the profile's dev split (dev, label-free), the first evaluated benchmark
-    (test-oracle), None (final)."""
-    if rule in ("dev", "label-free"):
-        named = getattr(profile_cls, "dev_benchmark", None)
-        return named() if callable(named) else None
-    if rule == "test-oracle":
-        return benchmarks[0] if benchmarks else None
-    return None
 
 
 def check_selection(cfg: Any, profile_cls: Any, n_agents: int) -> Optional[str]:

@@ -25,7 +25,7 @@ import torch
 
 from corl_bench.config import Config, ConfigError
 from corl_bench.registries import EXTRACTORS
-from corl_bench.eval.verifier import extract_normalized, plurality_vote
+from corl_bench.grading.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.profile import render_for, stop_for
 from corl_bench.results import RunDir, append_jsonl

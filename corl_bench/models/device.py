@@ -1,4 +1,5 @@
-"""Devices and dtypes of ``model.device`` / ``model.dtype`` (and an agent's ``device``), resolved at load time.
+"""Devices and dtypes of ``model.device`` / ``model.dtype`` (and an agent's ``device``), resolved at load time (moved
+from ``corl_bench.hf.device``, issue 23: every profile, evaluation and training use it).
 
 Torch is imported inside the functions only, so config validation and ``corl-bench ls`` stay torch-free.
 """
