@@ -440,26 +440,13 @@ class Agent:
 
     # ------------------------------------------------------------------ update
     def step(self, fwd: PolicyForward, advantages: torch.Tensor, max_len: int | None = None) -> UpdateStats:
-        """One GRPO policy step from a :meth:`forward` pass; ``advantages`` is (N,).
+        """One GRPO policy step from a :meth:`forward` pass; ``advantages`` is (N,): :meth:`step_micro` with the
+        pass as its one micro-batch (its graph is already built, so nothing is recomputed).
 
         One optimiser step per rollout batch (on-policy, the paper's setting): old log-probs are the current
         ones, so the ratio is 1 and the clip is inactive; the gradient is the group-baselined policy gradient.
         """
-        mask = fwd.mask
-        advantages = advantages.to(mask.device)
-        out = grpo.grpo_loss(fwd.logp, fwd.logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
-                             clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, kl_coef=self.cfg.kl_coef,
-                             ref_logp=fwd.ref_logp, max_len=max_len,
-                             is_weight=self._is_weight(fwd.logp, fwd.behaviour, mask))
-        check_finite(out.loss.detach(), "loss", self.name)
-        self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        grad_norm = self._apply_gradients()
-        n_tok = mask.sum(-1)
-        mean_entropy = float((fwd.entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
-        return UpdateStats(loss=float(out.loss.detach()), pg_loss=float(out.pg_loss), kl=float(out.kl),
-                           clip_fraction=float(out.clip_fraction), grad_norm=float(grad_norm),
-                           entropy=mean_entropy, n_tokens=int(mask.sum()))
+        return self.step_micro([fwd], advantages, max_len=max_len)
 
     def _apply_gradients(self) -> torch.Tensor:
         """Clip the accumulated gradients, check them, take the optimiser step; returns the pre-clip grad norm."""
@@ -472,12 +459,26 @@ class Agent:
         self.engines[POLICY].sync_weights(self.model)
         return grad_norm
 
-    def step_micro(self, batches: Sequence[MicroBatch], advantages: torch.Tensor, max_len: int | None = None
-                   ) -> UpdateStats:
-        """One GRPO step by gradient accumulation over scored micro-batches; ``advantages`` is (N,), N = all their
-        sequences in order. Each micro-batch's forward pass is recomputed with grad, its share of the whole-batch
-        loss (``grpo.grpo_loss_partial``, normalised by the whole batch's token / sequence count) back-propagated,
-        and its graph freed before the next; then one optimiser step. Equals :meth:`step` within float tolerance.
+    def _loss_inputs(self, b: MicroBatch | PolicyForward) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(n, T) log-probs with grad and the reference's (or None) of one micro-batch: a scored
+        :class:`MicroBatch` is recomputed with grad; a :class:`PolicyForward` already holds its graph."""
+        if isinstance(b, PolicyForward):
+            return b.logp, b.ref_logp
+        self.model.train()
+        logp = self._micro_logp(self.model, b)
+        ref_logp = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logp = self._micro_logp(self.reference, b)
+        return logp, ref_logp
+
+    def step_micro(self, batches: Sequence[MicroBatch | PolicyForward], advantages: torch.Tensor,
+                   max_len: int | None = None) -> UpdateStats:
+        """One GRPO step by gradient accumulation over micro-batches; ``advantages`` is (N,), N = all their
+        sequences in order. Each scored micro-batch's forward pass is recomputed with grad (:meth:`_loss_inputs`),
+        its share of the whole-batch loss (``grpo.grpo_loss_partial``, normalised by the whole batch's token /
+        sequence count) back-propagated, and its graph freed before the next; then one optimiser step. With one
+        micro-batch this is exactly the whole-batch step (``grpo.grpo_loss`` is ``grpo_loss_partial`` with one).
         """
         masks = [b.mask for b in batches]
         counts = torch.cat([m.sum(-1) for m in masks])
@@ -490,12 +491,7 @@ class Agent:
         for b, mask in zip(batches, masks):
             adv = advantages[start: start + mask.shape[0]].to(mask.device)
             start += mask.shape[0]
-            self.model.train()
-            logp = self._micro_logp(self.model, b)
-            ref_logp = None
-            if self.reference is not None:
-                with torch.no_grad():
-                    ref_logp = self._micro_logp(self.reference, b)
+            logp, ref_logp = self._loss_inputs(b)
             out = grpo.grpo_loss_partial(logp, logp.detach(), adv, mask, denominator=denom,
                                          token_denominator=tok_denom, loss_agg=self.cfg.loss_agg,
                                          clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high,
