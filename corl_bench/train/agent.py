@@ -34,8 +34,8 @@ import torch
 
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig
-from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, as_request, make_engine
-from corl_bench.rollout.images import codec_of
+from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, make_engine
+from corl_bench.rollout.encode import Encoded, Processor, encode
 from corl_bench.train import grpo, memory, prefix
 
 log = logging.getLogger(__name__)
@@ -168,8 +168,9 @@ class Agent:
                 self.reference = module
         if grpo_cfg.kl_coef > 0 and self.reference is None:  # the KL anchor: a copy of the initial policy
             self.reference = _frozen_copy(model)
-        self.codec = codec_of(tokenizer)  # a vision-language model's tokenizer carries its image codec
-        if self.codec is not None and (grpo_cfg.shared_prefix or grpo_cfg.logit_chunk):
+        # the tokenizer and, for a vision-language model, its image codec: every prompt is encoded through it
+        self.processor = Processor.of(tokenizer)
+        if self.processor.codec is not None and (grpo_cfg.shared_prefix or grpo_cfg.logit_chunk):
             raise ValueError(f"agent {spec.name} is a vision-language model: grpo.shared_prefix and grpo.logit_chunk "
                              "do not take images yet; set grpo.shared_prefix=false grpo.logit_chunk=0")
         self.lora_rank = spec.lora_rank if spec.lora_rank is not None else grpo_cfg.lora_rank
@@ -217,25 +218,16 @@ class Agent:
             self.engines[name].sync_weights(module)
 
     # ------------------------------------------------------------------ training forward pass
+    def _encode(self, prompts: Sequence[Prompt]) -> Encoded:
+        """Prompt token ids and, for a vision-language model given images, each prompt's image tensors, from the
+        one request encoder the rollout engines use (:mod:`corl_bench.rollout.encode`)."""
+        try:
+            return encode(self.processor, prompts)
+        except ValueError as e:
+            raise ValueError(f"agent {self.name}: {e}") from None
+
     def _prompt_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        return self._prompts(prompts)[0]
-
-    def _prompts(self, prompts: Sequence[Prompt]) -> tuple[list[list[int]], list[dict[str, torch.Tensor]]]:
-        """Prompt token ids and, for a vision-language model given images, each prompt's image tensors."""
-        reqs = [as_request(p) for p in prompts]
-        if any(r.images for r in reqs):
-            if self.codec is None:
-                raise ValueError(f"agent {self.name} is a text model but a request has images; use a "
-                                 "vision-language family")
-            encoded = [self.codec.prompt(r) for r in reqs]
-            return [e[0] for e in encoded], [e[1] for e in encoded]
-        return self._text_prompt_ids(reqs), []
-
-    def _text_prompt_ids(self, reqs: Sequence[Request]) -> list[list[int]]:
-        tok = self.tokenizer
-        if all(r.text is not None for r in reqs):
-            return tok([r.text for r in reqs], add_special_tokens=True)["input_ids"]
-        return [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
+        return self._encode(prompts).ids
 
     def _shared(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> prefix.PrefixBatch:
         """The batch in the shared-prefix layout (``grpo.shared_prefix``); checked once against the plain pass."""
@@ -272,8 +264,8 @@ class Agent:
         """Right-padded (prompt + completion) ids, attention mask and completion mask, all (N, L), and the image
         inputs of a vision-language model ({} for text)."""
         tok = self.tokenizer
-        p_ids, visions = self._prompts(prompts)
-        rows = [(p, list(c.token_ids)) for p, c in zip(p_ids, completions)]
+        enc = self._encode(prompts)
+        rows = [(p, list(c.token_ids)) for p, c in zip(enc.ids, completions)]
         width = max(len(p) + len(c) for p, c in rows)
         n = len(rows)
         ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
@@ -286,7 +278,7 @@ class Agent:
             cmask[r, len(p): len(seq)] = 1.0
         device = next(self.model.parameters()).device
         ids = ids.to(device)
-        vision = self.codec.collate(visions, ids) if visions else {}
+        vision = self.processor.codec.collate(enc.visions, ids) if enc.visions else {}
         return ids, att.to(device), cmask.to(device), vision
 
     def _token_logits(self, model: Any, ids: torch.Tensor, att: torch.Tensor,
@@ -563,5 +555,5 @@ class Agent:
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
-        if self.codec is not None:  # a vision-language model: its image processor and image-token layout
-            self.codec.save_pretrained(path)
+        if self.processor.codec is not None:  # a vision-language model: its image processor and image-token layout
+            self.processor.codec.save_pretrained(path)
