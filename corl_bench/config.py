@@ -492,16 +492,17 @@ def _moved_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
     if not isinstance(memory, Mapping):
         return data  # _build names the bad memory section
     grpo, memory = dict(grpo), dict(memory)
-    for key in [k for k in grpo if k in MOVED_TO_MEMORY]:
+    moved = [k for k in grpo if k in MOVED_TO_MEMORY]
+    for key in moved:
         value = grpo.pop(key)
         if key in memory and memory[key] != value:
             raise ConfigError(f"grpo.{key} ({value!r}) and memory.{key} ({memory[key]!r}) disagree; grpo.{key} "
                               f"moved to memory.{key}: keep only memory.{key}")
         memory[key] = value
-        if key not in _warned_moved:
-            _warned_moved.add(key)
-            log.warning("grpo.%s is now memory.%s (read as memory.%s=%r); write memory.%s in configs and --set",
-                        key, key, key, value, key)
+    if not set(moved) <= _warned_moved:  # one line per load, not per key (an older run's config.yaml has all)
+        _warned_moved.update(moved)
+        log.warning("%s moved to the memory section and were read as memory.*; write memory.<key> in configs "
+                    "and --set", ", ".join(f"grpo.{k}" for k in moved))
     return {**data, "grpo": grpo, "memory": memory}
 
 
