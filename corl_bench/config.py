@@ -3,6 +3,7 @@
     model:   where models come from (profile, cache, dtype, threads)
     rollout: how completions are sampled (backend, prompts per step, K, temperature, lengths)
     grpo:    the policy update (lr, advantage normalisation, clip, loss aggregation, KL, grad clip)
+    memory:  how the update fits in memory (micro-batches, chunked logits, checkpointing, shared prefix, LoRA)
     method:  which registered method turns rollouts into rewards, plus its own options
     cohort:  which agents train together (a registered cohort, or agents spelled out)
     eval:    what is evaluated before/after training and how
@@ -19,10 +20,8 @@ This module never imports torch.
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import logging
 import re
-import types
-import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from collections.abc import Mapping
@@ -31,6 +30,9 @@ from typing import Any
 import yaml
 
 from corl_bench.errors import ConfigError, MachineError, checking_for_elsewhere, machine_problem  # noqa: F401
+from corl_bench.typed_yaml import _build, _plain, _set_dotted, parse_override  # noqa: F401 (parse_override: API)
+
+log = logging.getLogger(__name__)
 
 #: The paper's rows a cohort can reproduce (``cohort.paper_row``) -> the named cohort of that design, whose row label
 #: a table gives it ("Co-RL (cross-family)"), so ``--reference paper`` puts the paper's row of that kind beside it.
@@ -175,7 +177,34 @@ class GRPOConfig:
     """> 0: weight each token's policy-gradient term by min(exp(logp - logp_engine), cap), the truncated importance
     ratio against the rollout engine's own log-probs (TRL's vllm_importance_sampling_correction, cap 3.0): corrects
     an engine whose numerics differ from the trainer's (vLLM, bf16). 0 = off"""
-    # memory of the training step (all off by default: the step then computes exactly what it always did)
+
+    def __post_init__(self) -> None:
+        _positive("grpo", "lr", self.lr, "5e-5")
+        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+               f"grpo.betas must be two numbers in [0, 1) (got {self.betas!r}); set grpo.betas=[0.9,0.99]")
+        _check(self.weight_decay >= 0, f"grpo.weight_decay must be >= 0 (got {self.weight_decay}); set grpo.weight_decay=0")
+        _positive("grpo", "adv_eps", self.adv_eps, "1e-6")
+        _check(0 <= self.clip_low < 1, f"grpo.clip_low must be in [0, 1) (got {self.clip_low}); set grpo.clip_low=0.2")
+        _check(self.clip_high >= 0, f"grpo.clip_high must be >= 0 (got {self.clip_high}); set grpo.clip_high=0.2")
+        try:
+            resolve_loss_agg(self.loss_agg)
+        except ValueError as e:
+            raise ConfigError(f"grpo.loss_agg: {e}") from None
+        _check(self.kl_coef >= 0, f"grpo.kl_coef must be >= 0 (got {self.kl_coef}); set grpo.kl_coef=0")
+        _positive("grpo", "max_grad_norm", self.max_grad_norm, "1.0")
+        _check(self.behaviour_is_cap == 0 or self.behaviour_is_cap >= 1, f"grpo.behaviour_is_cap must be 0 (off) or "
+               f">= 1 (got {self.behaviour_is_cap}); set grpo.behaviour_is_cap=3.0 (TRL's default cap)")
+
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """How one agent's training step fits in memory (``memory:``; all off by default: the step then computes exactly
+    what it always did). micro_batch, logit_chunk, gradient_checkpointing and shared_prefix change memory and time,
+    not the update (equal within float rounding); LoRA trains adapters instead of all weights (the last resort when
+    the full model's optimiser state does not fit). These were ``grpo.*`` fields before; a config or run directory
+    that sets them under ``grpo:`` still loads (moved here, with a warning)."""
+
     micro_batch: int = 0
     """sequences per forward/backward in the update (gradient accumulation, one optimiser step; the update equals
     the whole-batch one within float tolerance); score() then keeps no graph. 0 = the whole batch at once"""
@@ -200,31 +229,17 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         for name in ("micro_batch", "logit_chunk", "lora_rank"):
             value = getattr(self, name)
-            _check(value >= 0, f"grpo.{name} must be >= 0 (got {value}); set grpo.{name}=0 to turn it off")
-        _check(self.lora_alpha >= 0, f"grpo.lora_alpha must be >= 0 (got {self.lora_alpha}); set grpo.lora_alpha=0 "
-               "for 2 x rank")
-        _check(0 <= self.lora_dropout < 1, f"grpo.lora_dropout must be in [0, 1) (got {self.lora_dropout}); set "
-               "grpo.lora_dropout=0")
+            _check(value >= 0, f"memory.{name} must be >= 0 (got {value}); set memory.{name}=0 to turn it off")
+        _check(self.lora_alpha >= 0, f"memory.lora_alpha must be >= 0 (got {self.lora_alpha}); set "
+               "memory.lora_alpha=0 for 2 x rank")
+        _check(0 <= self.lora_dropout < 1, f"memory.lora_dropout must be in [0, 1) (got {self.lora_dropout}); set "
+               "memory.lora_dropout=0")
         _check(len(self.lora_targets) > 0 and all(t.strip() for t in self.lora_targets),
-               "grpo.lora_targets is empty; set grpo.lora_targets=[all-linear] or module names like [q_proj,v_proj]")
+               "memory.lora_targets is empty; set memory.lora_targets=[all-linear] or module names like "
+               "[q_proj,v_proj]")
         _check(not (self.shared_prefix and (self.logit_chunk or self.gradient_checkpointing)),
-               "grpo.shared_prefix cannot be combined with grpo.logit_chunk or grpo.gradient_checkpointing; set "
-               "grpo.shared_prefix=false or turn those off (grpo.micro_batch bounds memory with it)")
-        _positive("grpo", "lr", self.lr, "5e-5")
-        _check(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
-               f"grpo.betas must be two numbers in [0, 1) (got {self.betas!r}); set grpo.betas=[0.9,0.99]")
-        _check(self.weight_decay >= 0, f"grpo.weight_decay must be >= 0 (got {self.weight_decay}); set grpo.weight_decay=0")
-        _positive("grpo", "adv_eps", self.adv_eps, "1e-6")
-        _check(0 <= self.clip_low < 1, f"grpo.clip_low must be in [0, 1) (got {self.clip_low}); set grpo.clip_low=0.2")
-        _check(self.clip_high >= 0, f"grpo.clip_high must be >= 0 (got {self.clip_high}); set grpo.clip_high=0.2")
-        try:
-            resolve_loss_agg(self.loss_agg)
-        except ValueError as e:
-            raise ConfigError(f"grpo.loss_agg: {e}") from None
-        _check(self.kl_coef >= 0, f"grpo.kl_coef must be >= 0 (got {self.kl_coef}); set grpo.kl_coef=0")
-        _positive("grpo", "max_grad_norm", self.max_grad_norm, "1.0")
-        _check(self.behaviour_is_cap == 0 or self.behaviour_is_cap >= 1, f"grpo.behaviour_is_cap must be 0 (off) or "
-               f">= 1 (got {self.behaviour_is_cap}); set grpo.behaviour_is_cap=3.0 (TRL's default cap)")
+               "memory.shared_prefix cannot be combined with memory.logit_chunk or memory.gradient_checkpointing; "
+               "set memory.shared_prefix=false or turn those off (memory.micro_batch bounds memory with it)")
 
 
 @dataclass(frozen=True)
@@ -248,7 +263,7 @@ class AgentSpec:
     device: str = ""
     """where this agent's model lives: auto | cpu | cuda | cuda:N; empty = model.device"""
     lora_rank: int | None = None
-    """this agent's LoRA rank (0 = full fine-tuning); empty = grpo.lora_rank"""
+    """this agent's LoRA rank (0 = full fine-tuning); empty = memory.lora_rank"""
     prompt: str = ""
     """how the profile asks this agent; empty = the profile's way. hf: paper (the paper's instruction, the default)
     | bare (the problem alone) | fewshot (three worked examples as plain text, for base models)"""
@@ -259,7 +274,7 @@ class AgentSpec:
 
     def __post_init__(self) -> None:
         _check(self.lora_rank is None or self.lora_rank >= 0, f"cohort agent {self.name!r}: lora_rank must be >= 0 "
-               f"(got {self.lora_rank}); leave it out to use grpo.lora_rank")
+               f"(got {self.lora_rank}); leave it out to use memory.lora_rank")
         _check(self.view in ("original", "rephrased"),
                f"cohort agent {self.name!r}: view must be original or rephrased (got {self.view!r}); "
                f"set view: original")
@@ -449,6 +464,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
     cohort: CohortConfig = field(default_factory=CohortConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -464,113 +480,35 @@ class Config:
 
 
 # ------------------------------------------------------------------------------------------- loading
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
+#: Fields that moved from ``grpo:`` to ``memory:``; old configs, ``--set grpo.<field>=...`` and the config.yaml of
+#: older run directories still name them under grpo.
+MOVED_TO_MEMORY = tuple(f.name for f in fields(MemoryConfig))
+_warned_moved: set[str] = set()
 
 
-def _coerce(path: str, tp: Any, value: Any) -> Any:
-    """Convert a YAML value to the annotated field type, or raise a one-line ConfigError."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(path, args[0], value)
-    if dataclasses.is_dataclass(tp):
-        if value is None:  # an empty YAML section
-            value = {}
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path} must be a mapping of {', '.join(f.name for f in fields(tp))} (got {value!r})")
-        return _build(tp, value, path)
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path} must be a list (got {value!r}); write e.g. {path}=[a,b]")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(f"{path}[{i}]", args[0], v) for i, v in enumerate(value))
-        if len(value) != len(args):
-            raise ConfigError(f"{path} must have {len(args)} items (got {len(value)}); write e.g. {path}=[0.9,0.99]")
-        return tuple(_coerce(f"{path}[{i}]", a, v) for i, (a, v) in enumerate(zip(args, value)))
-    if origin in (Mapping, dict) or tp in (dict, Mapping):
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path} must be a mapping of option: value (got {value!r}); write e.g. "
-                              f"{path}={{name: value}}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path} must be true or false (got {value!r}); set {path}=true or {path}=false")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path} must be an integer (got {value!r}); set e.g. {path}=1")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{path} must be a number (got {value!r}); set e.g. {path}=0.5")
-    if tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(f"{path} must be a string (got {value!r}); quote it, e.g. {path}='text'")
-    return value
-
-
-def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"; did you mean {prefix}.{close[0]}?" if close else f"; valid: {', '.join(names)}"
-            shown = key if re.fullmatch(r"[\w-]+", str(key)) else repr(key)
-            raise ConfigError(f"unknown config key {prefix}.{shown}{hint}".lstrip("."))
-        kwargs[key] = _coerce(f"{prefix}.{key}".lstrip("."), hints[key], value)
-    try:
-        return cls(**kwargs)
-    except TypeError as e:  # a required field missing (AgentSpec)
-        raise ConfigError(f"{prefix or 'config'}: {e}") from None
-
-
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = tree
-    for k in keys[:-1]:
-        nxt = node.setdefault(k, {})
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"override {dotted}: {k} is not a section")
-        node = nxt
-    node[keys[-1]] = value
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """``grpo.lr=3e-5`` -> ("grpo.lr", 3e-05); values are parsed as YAML (``[a,b]``, ``true``, numbers)."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r} must look like section.key=value, e.g. grpo.lr=3e-5")
-    key, raw = item.split("=", 1)
-    if not key.strip():
-        raise ConfigError(f"override {item!r} has no key; write section.key=value, e.g. grpo.lr=3e-5")
-    if not re.fullmatch(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*", key.strip()):
-        raise ConfigError(f"override key {key.strip()!r} is not a dotted field name; write section.key=value, "
-                          "e.g. grpo.lr=3e-5")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
+def _moved_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``data`` with every ``grpo.<memory field>`` moved to ``memory.<field>`` (a deprecation warning, once per key)."""
+    grpo = data.get("grpo")
+    if not isinstance(grpo, Mapping) or not any(k in MOVED_TO_MEMORY for k in grpo):
+        return data
+    memory = data.get("memory")
+    if memory is None:
+        memory = {}
+    if not isinstance(memory, Mapping):
+        return data  # _build names the bad memory section
+    grpo, memory = dict(grpo), dict(memory)
+    moved = [k for k in grpo if k in MOVED_TO_MEMORY]
+    for key in moved:
+        value = grpo.pop(key)
+        if key in memory and memory[key] != value:
+            raise ConfigError(f"grpo.{key} ({value!r}) and memory.{key} ({memory[key]!r}) disagree; grpo.{key} "
+                              f"moved to memory.{key}: keep only memory.{key}")
+        memory[key] = value
+    if not set(moved) <= _warned_moved:  # one line per load, not per key (an older run's config.yaml has all)
+        _warned_moved.update(moved)
+        log.warning("%s moved to the memory section and were read as memory.*; write memory.<key> in configs "
+                    "and --set", ", ".join(f"grpo.{k}" for k in moved))
+    return {**data, "grpo": grpo, "memory": memory}
 
 
 def config_from_dict(data: Mapping[str, Any] | None) -> Config:
@@ -578,7 +516,7 @@ def config_from_dict(data: Mapping[str, Any] | None) -> Config:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"a config must be a mapping of sections ({', '.join(f.name for f in fields(Config))})")
-    return _build(Config, data, "")
+    return _build(Config, _moved_keys(data), "")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

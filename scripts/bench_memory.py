@@ -42,7 +42,7 @@ def _status_gb(pid: int | str, field: str) -> float:
 def one(args: argparse.Namespace) -> dict:
     import torch
 
-    from corl_bench.config import AgentSpec, GRPOConfig
+    from corl_bench.config import AgentSpec, GRPOConfig, MemoryConfig
     from corl_bench.models.load import load_model
     from corl_bench.rollout import Completion
     from corl_bench.train import grpo
@@ -64,9 +64,10 @@ def one(args: argparse.Namespace) -> dict:
             ids = [int(t) for t in torch.randint(1000, min(vocab, 40_000), (args.tokens,), generator=g)]
             ids = [t if t not in special else 1001 for t in ids]
             samples.append(TrainSample(q, Completion(tuple(ids), (), "", False)))
-    cfg = GRPOConfig(lr=1e-6, micro_batch=args.micro_batch, logit_chunk=args.logit_chunk,
-                     gradient_checkpointing=args.checkpointing, lora_rank=args.lora_rank)
-    agent = Agent(AgentSpec(name="bench", family=args.model), model, tok, cfg, temperature=1.0)
+    mem = MemoryConfig(micro_batch=args.micro_batch, logit_chunk=args.logit_chunk,
+                       gradient_checkpointing=args.checkpointing, lora_rank=args.lora_rank)
+    agent = Agent(AgentSpec(name="bench", family=args.model), model, tok, GRPOConfig(lr=1e-6), temperature=1.0,
+                  memory=mem)
     rewards = torch.rand(args.prompts, args.samples, generator=g)
     adv = grpo.group_advantages(rewards).reshape(-1).tolist()
     import gc

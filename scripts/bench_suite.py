@@ -95,7 +95,7 @@ def worker_step(args: argparse.Namespace) -> dict:
         from corl_bench.train.agent import Agent
         from corl_bench.train.trainer import Trainer
 
-        agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, temperature=1.0,
+        agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, temperature=1.0, memory=cfg.memory,
                       auxiliary=plan.method_cls.auxiliary, engine_options=dict(cfg.rollout.engine_options))
         trainer = Trainer(cfg, [agent], plan.method_cls(plan.options, cfg.cohort.agents), profile,
                           Path(args.tmp))
@@ -215,7 +215,7 @@ def worker_rollout(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- driver
-OURS = ["grpo.shared_prefix=true"]  # with rollout.backend=fast: corl-bench's fast training path (README)
+OURS = ["memory.shared_prefix=true"]  # with rollout.backend=fast: corl-bench's fast training path (README)
 
 
 def _run_worker(kind: str, side: str, model: str, args: argparse.Namespace, tmp: Path) -> dict:

@@ -462,6 +462,54 @@ def test_dump_config_round_trips_a_resolved_config_with_agents(tmp_path: Path) -
 
 def test_dump_config_is_plain_yaml() -> None:
     data = yaml.safe_load(dump_config(load_config()))
-    assert list(data) == ["model", "rollout", "grpo", "method", "cohort", "eval", "data", "run", "monitor"]
+    assert list(data) == ["model", "rollout", "grpo", "memory", "method", "cohort", "eval", "data", "run", "monitor"]
     assert data["grpo"]["betas"] == [0.9, 0.99]
     assert config_from_dict(data) == load_config()
+
+
+# ---------------------------------------------------------------- memory: section (moved from grpo:)
+def test_memory_knobs_have_their_own_section_and_grpo_keeps_the_update():
+    from corl_bench.config import MOVED_TO_MEMORY, MemoryConfig
+
+    assert set(MOVED_TO_MEMORY) == {f.name for f in dataclasses.fields(MemoryConfig)}
+    assert not set(MOVED_TO_MEMORY) & {f.name for f in dataclasses.fields(GRPOConfig)}
+    cfg = load_config(None, ["memory.micro_batch=4", "memory.logit_chunk=64"])
+    assert (cfg.memory.micro_batch, cfg.memory.logit_chunk) == (4, 64)
+    with pytest.raises(ConfigError, match=r"memory\.micro_batch must be >= 0 .*set memory\.micro_batch=0"):
+        load_config(None, ["memory.micro_batch=-1"])
+
+
+def test_old_grpo_memory_keys_load_as_memory_keys_with_a_warning(tmp_path, caplog):
+    import logging
+
+    from corl_bench import config as config_mod
+
+    config_mod._warned_moved.clear()
+    path = tmp_path / "old.yaml"
+    path.write_text("grpo: {lr: 3.0e-6, micro_batch: 8, logit_chunk: 1024, gradient_checkpointing: true}\n")
+    with caplog.at_level(logging.WARNING, logger="corl_bench.config"):
+        cfg = load_config(path, ["grpo.lora_rank=4"])  # --set under the old name too
+    assert cfg.grpo.lr == 3.0e-6
+    assert (cfg.memory.micro_batch, cfg.memory.logit_chunk, cfg.memory.gradient_checkpointing,
+            cfg.memory.lora_rank) == (8, 1024, True, 4)
+    assert caplog.text.count("moved to the memory section") == 1  # one line per load
+    assert ("grpo.micro_batch, grpo.logit_chunk, grpo.gradient_checkpointing, grpo.lora_rank moved to the memory "
+            "section") in caplog.text
+    assert cfg == load_config(None, ["grpo.lr=3e-6", "memory.micro_batch=8", "memory.logit_chunk=1024",
+                                     "memory.gradient_checkpointing=true", "memory.lora_rank=4"])
+    assert load_config(None, ["grpo.micro_batch=2", "memory.micro_batch=2"]).memory.micro_batch == 2
+    with pytest.raises(ConfigError, match=r"grpo\.micro_batch \(2\) and memory\.micro_batch \(4\) disagree"):
+        load_config(None, ["grpo.micro_batch=2", "memory.micro_batch=4"])
+    with pytest.raises(ConfigError, match=r"memory\.shared_prefix cannot be combined"):
+        load_config(None, ["grpo.shared_prefix=true", "grpo.logit_chunk=8"])
+
+
+def test_a_run_directory_written_with_grpo_memory_keys_still_resumes(tmp_path):
+    """An older run's config.yaml holds the memory knobs under grpo: it reads as the same config today."""
+    from corl_bench.train.runner import RESUME_IGNORES, config_diff, stored_config
+
+    cfg = load_config(None, ["memory.micro_batch=4", "memory.shared_prefix=true"])
+    old = cfg.to_dict()
+    old["grpo"].update(old.pop("memory"))  # the layout before the memory: section existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    assert config_diff(stored_config(tmp_path), cfg.to_dict(), ignore=RESUME_IGNORES) == []

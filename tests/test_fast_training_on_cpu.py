@@ -1,5 +1,5 @@
 """The fast training path: the ``fast`` engine's rollouts train exactly as the ``hf`` engine's under greedy decoding
-(token for token, weight for weight), and ``grpo.shared_prefix`` (each prompt once, its K completions on the cached
+(token for token, weight for weight), and ``memory.shared_prefix`` (each prompt once, its K completions on the cached
 prompt) gives the plain pass's log-probs, statistics, loss and update within float rounding, for every micro family,
 with micro-batches and with a KL reference."""
 
@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from corl_bench.config import AgentSpec, ConfigError, GRPOConfig, load_config
+from corl_bench.config import MOVED_TO_MEMORY, AgentSpec, ConfigError, GRPOConfig, MemoryConfig, load_config
 from corl_bench.rollout import Request, SamplingParams
 from corl_bench.train import prefix
 from corl_bench.train.agent import Agent, TrainSample
@@ -19,9 +19,11 @@ from tests.conftest import build_tiny
 PROMPTS = ["Ava has 12 coins.\n", "Tom has 40 apples. He eats 3 and finds 9. How many apples now?\n", "7+"]
 
 
-def _agent(model, tok, backend="hf", **grpo):
-    return Agent(AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, GRPOConfig(lr=1e-2, **grpo),
-                 backend=backend)
+def _agent(model, tok, backend="hf", **options):
+    """An agent with ``options`` of the grpo and memory sections (each field goes to its own section)."""
+    mem = {k: options.pop(k) for k in list(options) if k in MOVED_TO_MEMORY}
+    return Agent(AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, GRPOConfig(lr=1e-2, **options),
+                 backend=backend, memory=MemoryConfig(**mem))
 
 
 def _train(agent: Agent, steps: int, params: SamplingParams) -> list:
@@ -94,9 +96,9 @@ def test_shared_prefix_update_equals_the_plain_update(tiny_qwen, grpo):
 
 
 def test_shared_prefix_refuses_chunked_logits_and_checkpointing():
-    for bad in ("grpo.logit_chunk=8", "grpo.gradient_checkpointing=true"):
-        with pytest.raises(ConfigError, match="grpo.shared_prefix cannot be combined"):
-            load_config(None, ["grpo.shared_prefix=true", bad])
+    for bad in ("memory.logit_chunk=8", "memory.gradient_checkpointing=true"):
+        with pytest.raises(ConfigError, match="memory.shared_prefix cannot be combined"):
+            load_config(None, ["memory.shared_prefix=true", bad])
 
 
 def test_truncated_is_weight_is_the_capped_ratio_and_one_off_the_mask():

@@ -81,11 +81,12 @@ def test_a_step_that_does_not_fit_is_refused_in_one_line_naming_settings_that_fi
     with pytest.raises(ConfigError) as e:
         fit.check_memory(cfg, archs, copies=0, dtype_bytes=4)  # the whole batch of 128 at once: far too much
     msg = str(e.value)
-    assert "\n" not in msg and "has 24.0 GB" in msg and "set grpo.micro_batch=" in msg
+    assert "\n" not in msg and "has 24.0 GB" in msg and "set memory.micro_batch=" in msg
     fix = dict(kv.split("=") for kv in msg.split("; set ")[1].split())
-    fixed = cfg.replace(grpo=cfg.grpo.__class__(micro_batch=int(fix["grpo.micro_batch"]),
-                                                logit_chunk=int(fix["grpo.logit_chunk"]),
-                                                gradient_checkpointing=fix.get("grpo.gradient_checkpointing") == "true"))
+    fixed = cfg.replace(memory=cfg.memory.__class__(micro_batch=int(fix["memory.micro_batch"]),
+                                                    logit_chunk=int(fix["memory.logit_chunk"]),
+                                                    gradient_checkpointing=fix.get("memory.gradient_checkpointing")
+                                                    == "true"))
     assert max(fit.check_memory(fixed, archs, copies=0, dtype_bytes=4).values()) <= 24  # the named fix fits
     with checking_for_elsewhere():  # validate --elsewhere: a warning, not an error
         assert fit.check_memory(cfg, archs, copies=0, dtype_bytes=4)["cpu"] > 24
@@ -112,7 +113,7 @@ def test_validate_says_what_the_hf_profile_chose_on_a_cpu_on_cpu(tmp_path, monke
     assert res.exit_code == 0, res.output
     assert "- gsm8k\n  - math500\n  - amc83" in res.stdout  # eval.benchmarks left at its default: the math suite
     for note in ("eval.max_problems=20", "rollout.prompts_per_step=8", "rollout.max_new_tokens=128",
-                 "grpo.logit_chunk=256", "estimated peak of a training step"):
+                 "memory.logit_chunk=256", "estimated peak of a training step"):
         assert note in res.stderr, res.stderr
     # the paper's 3B models are in no cache here; offline (as in CI) that is a warning for another machine, not a refusal
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

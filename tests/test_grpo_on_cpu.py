@@ -325,6 +325,37 @@ def test_grpo_loss_kl_only_when_coef_positive():
         grpo_loss(logp, logp.detach(), t(ADV), torch.tensor(MASK), kl_coef=0.1)
 
 
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_grpo_loss_is_one_micro_batch_of_the_partial_loss(mode):
+    """grpo_loss is grpo_loss_partial over the whole batch as one micro-batch: equal (bitwise) to it and to a
+    reference computed by hand, off-policy (ratios 1.5 and 0.5 so the clip acts), with KL in the loss."""
+    logp = t([[LN15, 0.0, -1.0], [LN05, 0.0, 0.0]]).requires_grad_()  # old_logp 0: ratios 1.5, 1, e^-1 | 0.5
+    old, ref, mask, adv = torch.zeros(2, 3), torch.zeros(2, 3), torch.tensor(MASK), t(ADV)
+    kw = dict(loss_agg=mode, clip_low=0.2, clip_high=0.2, kl_coef=0.1, ref_logp=ref)
+    whole = grpo_loss(logp, old, adv, mask, max_len=4, **kw)
+    counts = mask.sum(-1)
+    part = grpo.grpo_loss_partial(logp, old, adv, mask, **kw,
+                                  denominator=grpo.aggregate_denominator(counts, mode, 3, 4),
+                                  token_denominator=grpo.aggregate_denominator(counts, "token-mean", 3))
+    for field in ("loss", "pg_loss", "kl", "clip_fraction"):
+        assert torch.equal(getattr(whole, field), getattr(part, field)), field
+    # by hand. token (0,0): ratio 1.5, A=1 -> max(-1.5, -1.2) = -1.2 (clipped); (0,1): ratio 1 -> -1;
+    # (1,0): ratio 0.5, A=-0.5 -> max(0.25, 0.4) = 0.4 (clipped). k3 with ref = 0: e^-logp + logp - 1.
+    pg = [[-1.2, -1.0], [0.4]]
+    k3 = [[1 / 1.5 + LN15 - 1, 0.0], [2.0 + LN05 - 1]]
+    tok = [[p + 0.1 * k for p, k in zip(pr, kr)] for pr, kr in zip(pg, k3)]
+    if mode == "token-mean":
+        agg = lambda v: sum(sum(r) for r in v) / 3  # noqa: E731
+    elif mode == "seq-mean-token-mean":
+        agg = lambda v: sum(sum(r) / len(r) for r in v) / 2  # noqa: E731
+    else:
+        agg = lambda v: sum(sum(r) for r in v) / (2 * 4)  # noqa: E731
+    close(whole.loss.detach(), agg(tok))
+    close(whole.pg_loss, agg(pg))
+    close(whole.kl, sum(sum(r) for r in k3) / 3)
+    close(whole.clip_fraction, 2 / 3)
+
+
 def test_grpo_loss_clip_fraction():
     # (0,0): ratio 1.5, A=1 -> clipped; (0,1): ratio 1; (1,0): ratio 1.5, A=-1 -> not clipped
     logp = t([[LN15, 0.0, 0.0], [LN15, 0.0, 0.0]])

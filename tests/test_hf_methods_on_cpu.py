@@ -77,7 +77,7 @@ def test_every_method_trains_one_step_on_real_models(method, tmp_path, loaded_on
         "eval.benchmarks=[gsm8k]", "eval.max_problems=2", "eval.samples=0", "eval.greedy=true",
         "eval.max_new_tokens=8", "eval.before=false", f"data.data_dir={FIXTURES}", "data.train=gsm8k-train",
         "run.save_checkpoints=false", "run.checkpoint_every=0", f"run.output_dir={tmp_path}",
-        "grpo.micro_batch=2", "grpo.logit_chunk=32", f"model.threads={THREADS}"])
+        "memory.micro_batch=2", "memory.logit_chunk=32", f"model.threads={THREADS}"])
     rd = RunDir(run(cfg, auto_resume=False))
     info = rd.info()
     assert info["status"] == "finished" and info["profile"] == "hf"

@@ -388,7 +388,7 @@ def test_an_hf_run_interrupted_mid_training_resumes_bit_identically(tiny_folder,
             "run.steps=4", "run.checkpoint_every=1", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=3",
             "rollout.max_new_tokens=6", "eval.benchmarks=[gsm8k]", "eval.max_problems=2", "eval.samples=1",
             "eval.max_new_tokens=6", f"data.data_dir={FIXTURES}", "data.train=gsm8k-train", "grpo.lr=1e-3",
-            "grpo.micro_batch=2", "grpo.logit_chunk=5", "grpo.gradient_checkpointing=true",
+            "memory.micro_batch=2", "memory.logit_chunk=5", "memory.gradient_checkpointing=true",
             f"run.output_dir={tmp_path / out}", "run.log_samples_every=1"])
 
     reference = run_fingerprint(run(cfg("reference"), auto_resume=False))

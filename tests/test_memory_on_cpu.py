@@ -141,7 +141,7 @@ def test_split_lm_reproduces_the_models_logits(name):
         assert float(ref.abs().max()) <= 0.5
         wrong = SplitLM(model)
         wrong.softcap = None  # an architecture whose post-processing the split does not know
-        with pytest.raises(RuntimeError, match="grpo.logit_chunk=0"):
+        with pytest.raises(RuntimeError, match="memory.logit_chunk=0"):
             wrong.check(ids, att)
 
 
@@ -161,7 +161,7 @@ def _samples(tok, n: int, seed: int = 0) -> list[TrainSample]:
 def _agent(model, tok, *sets, spec=None, aux=()):
     cfg = load_config(None, ["grpo.lr=1e-2", "grpo.max_grad_norm=100", *sets])
     return Agent(spec or AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, cfg.grpo,
-                 temperature=0.8, auxiliary=aux)
+                 temperature=0.8, auxiliary=aux, memory=cfg.memory)
 
 
 def _one_update(agent, samples, adv, split=None):
@@ -186,8 +186,8 @@ def test_micro_batched_update_equals_the_full_batch_update(mode):
     adv = torch.randn(7, generator=torch.Generator().manual_seed(2)).tolist()
     base = [f"grpo.loss_agg={mode}", "grpo.kl_coef=0.05"]
     stats0, upd0, params0 = _one_update(_agent(model, tok, *base), samples, adv, split=[5, 2])
-    for extra in (["grpo.micro_batch=1"], ["grpo.micro_batch=3"], ["grpo.micro_batch=7"],
-                  ["grpo.micro_batch=3", "grpo.logit_chunk=4"], ["grpo.logit_chunk=5"]):
+    for extra in (["memory.micro_batch=1"], ["memory.micro_batch=3"], ["memory.micro_batch=7"],
+                  ["memory.micro_batch=3", "memory.logit_chunk=4"], ["memory.logit_chunk=5"]):
         stats, upd, params = _one_update(_agent(model, tok, *base, *extra), samples, adv, split=[5, 2])
         assert torch.allclose(stats, stats0, atol=1e-5), extra
         for field in ("loss", "pg_loss", "kl", "clip_fraction", "grad_norm", "entropy"):
@@ -202,8 +202,8 @@ def test_chunked_logits_and_checkpointing_equal_the_default_on_three_families(fa
     samples = _samples(tok, 6, seed=3)
     adv = [1.0, -0.5, 0.2, 0.0, -1.0, 0.3]
     stats0, upd0, params0 = _one_update(_agent(model, tok), samples, adv)
-    for extra in (["grpo.logit_chunk=3"], ["grpo.gradient_checkpointing=true"],
-                  ["grpo.micro_batch=2", "grpo.logit_chunk=7", "grpo.gradient_checkpointing=true"]):
+    for extra in (["memory.logit_chunk=3"], ["memory.gradient_checkpointing=true"],
+                  ["memory.micro_batch=2", "memory.logit_chunk=7", "memory.gradient_checkpointing=true"]):
         stats, upd, params = _one_update(_agent(model, tok, *extra), samples, adv)
         assert torch.allclose(stats, stats0, atol=1e-5), extra
         assert upd.grad_norm == pytest.approx(upd0.grad_norm, rel=1e-4), extra
@@ -212,7 +212,7 @@ def test_chunked_logits_and_checkpointing_equal_the_default_on_three_families(fa
 
 def test_micro_batched_score_keeps_no_graph_and_discard_drops_it():
     model, tok = build_tiny("qwen2-bpe")
-    agent = _agent(model, tok, "grpo.micro_batch=2")
+    agent = _agent(model, tok, "memory.micro_batch=2")
     agent.score(_samples(tok, 5))
     assert agent._pending is None and len(agent._micro) == 3
     assert not any(b.entropy.requires_grad for b in agent._micro)
@@ -265,9 +265,9 @@ def test_the_graph_follows_the_micro_batch_and_holds_no_full_logits():
     adv = [1.0, -1.0, 0.5, -0.5, 0.2, -0.2]
     whole, whole_v = _saved_for_backward(_agent(model, tok), samples, adv)
     assert whole_v >= 6 * 12 * len(tok) * 0.9  # today's path keeps (N, T, V) log-softmax for backward
-    micro, micro_v = _saved_for_backward(_agent(model, tok, "grpo.micro_batch=2"), samples, adv)
+    micro, micro_v = _saved_for_backward(_agent(model, tok, "memory.micro_batch=2"), samples, adv)
     assert micro == pytest.approx(whole / 3, rel=0.05)  # a third of the batch, a third of the graph
-    chunked, chunked_v = _saved_for_backward(_agent(model, tok, "grpo.micro_batch=2", "grpo.logit_chunk=4"),
+    chunked, chunked_v = _saved_for_backward(_agent(model, tok, "memory.micro_batch=2", "memory.logit_chunk=4"),
                                              samples, adv)
     assert chunked_v == 0  # the chunks' logits are recomputed in backward, never saved
     assert chunked < micro - 0.9 * 2 * 12 * len(tok) * 4
@@ -281,7 +281,7 @@ def test_lora_trains_adapters_only_and_saves_merged_weights(tmp_path):
     import transformers
 
     model, tok = build_tiny("qwen2-bpe")
-    agent = _agent(model, tok, "grpo.lora_rank=4", "grpo.logit_chunk=8")
+    agent = _agent(model, tok, "memory.lora_rank=4", "memory.logit_chunk=8")
     trainable = {id(p) for p in agent.model.parameters() if p.requires_grad}
     opt_params = [p for group in agent.optimizer.param_groups for p in group["params"]]
     assert opt_params and all(id(p) in trainable for p in opt_params)
@@ -306,13 +306,13 @@ def test_lora_resume_is_bit_identical_and_an_agent_may_override_the_rank(tmp_pat
     model, tok = build_tiny("llama-bpe")
     spec = AgentSpec(name="a0", family="llama-bpe", lora_rank=2)
     samples, adv = _samples(tok, 4, seed=5), [0.5, -1.0, 1.0, -0.5]
-    straight = _agent(model, tok, "grpo.lora_rank=8", "grpo.micro_batch=2", spec=spec)
+    straight = _agent(model, tok, "memory.lora_rank=8", "memory.micro_batch=2", spec=spec)
     assert straight.lora_rank == 2
     _one_update(straight, samples, adv)
     torch.save(straight.state_dict(), tmp_path / "agent.pt")
     _, upd_a, params_a = _one_update(straight, samples, adv)
     torch.manual_seed(123)  # a different global RNG: the resumed agent's adapter init must not matter
-    resumed = _agent(model, tok, "grpo.lora_rank=8", "grpo.micro_batch=2", spec=spec)
+    resumed = _agent(model, tok, "memory.lora_rank=8", "memory.micro_batch=2", spec=spec)
     resumed.load_state_dict(torch.load(tmp_path / "agent.pt", weights_only=False))
     _, upd_b, params_b = _one_update(resumed, samples, adv)
     assert upd_a == upd_b
@@ -324,7 +324,7 @@ def test_lora_ema_teacher_follows_the_merged_policy():
     from corl_bench.train.memory import merged_state_dict
 
     model, tok = build_tiny("qwen2-bpe")
-    agent = _agent(model, tok, "grpo.lora_rank=4", aux=(AuxiliaryModel("teacher", generates=True),))
+    agent = _agent(model, tok, "memory.lora_rank=4", aux=(AuxiliaryModel("teacher", generates=True),))
     _one_update(agent, _samples(tok, 4), [1.0, -1.0, 0.5, -0.5])
     agent.update_auxiliary("teacher", 1.0)  # alpha 1: the teacher becomes the (merged) policy
     merged = merged_state_dict(agent.model)
@@ -336,13 +336,13 @@ def test_lora_without_peft_names_the_install(monkeypatch):
     model, tok = build_tiny("qwen2-bpe")
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(RuntimeError, match=r"pip install -c constraints-cpu.txt peft"):
-        _agent(model, tok, "grpo.lora_rank=4")
+        _agent(model, tok, "memory.lora_rank=4")
 
 
 # ------------------------------------------------------------------------------------------- config
 @pytest.mark.parametrize("item,match", [
-    ("grpo.micro_batch=-1", "grpo.micro_batch=0"), ("grpo.logit_chunk=-4", "grpo.logit_chunk=0"),
-    ("grpo.lora_dropout=1.5", "grpo.lora_dropout=0"), ("grpo.lora_targets=[]", "grpo.lora_targets"),
+    ("memory.micro_batch=-1", "memory.micro_batch=0"), ("memory.logit_chunk=-4", "memory.logit_chunk=0"),
+    ("memory.lora_dropout=1.5", "memory.lora_dropout=0"), ("memory.lora_targets=[]", "memory.lora_targets"),
 ])
 def test_memory_options_are_validated(item, match):
     with pytest.raises(ConfigError, match=match):

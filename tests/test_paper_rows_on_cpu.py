@@ -139,8 +139,8 @@ def paper_results(tmp_path_factory) -> Path:
             cfg = load_config(path, [
                 "run.steps=1", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2",
                 "rollout.max_new_tokens=4", "eval.max_problems=2", "eval.max_new_tokens=4", "eval.every=0",
-                "run.checkpoint_every=0", "run.save_checkpoints=false", "grpo.micro_batch=4",
-                "grpo.gradient_checkpointing=false", "model.threads=1", f"data.data_dir={data}",
+                "run.checkpoint_every=0", "run.save_checkpoints=false", "memory.micro_batch=4",
+                "memory.gradient_checkpointing=false", "model.threads=1", f"data.data_dir={data}",
                 f"run.output_dir={root / 'results'}", f"run.run_id={path.stem}"])
             agents = tuple(dataclasses.replace(a, device="cpu") for a in cfg.cohort.agents)  # no GPUs here
             run(cfg.replace(cohort=dataclasses.replace(cfg.cohort, agents=agents)), auto_resume=False)

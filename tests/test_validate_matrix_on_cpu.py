@@ -30,9 +30,9 @@ PROFILES = {  # name -> (model.profile, family kind, agent family or None for a 
     "hf-vlm": ("hf", "vision", None),
 }
 ENGINES = ("hf", "fast", "vllm")
-MEMORY = {"none": [], "micro-batch": ["grpo.micro_batch=2"], "logit-chunk": ["grpo.logit_chunk=8"],
-          "shared-prefix": ["grpo.shared_prefix=true"], "checkpointing": ["grpo.gradient_checkpointing=true"],
-          "lora": ["grpo.lora_rank=2"]}
+MEMORY = {"none": [], "micro-batch": ["memory.micro_batch=2"], "logit-chunk": ["memory.logit_chunk=8"],
+          "shared-prefix": ["memory.shared_prefix=true"], "checkpointing": ["memory.gradient_checkpointing=true"],
+          "lora": ["memory.lora_rank=2"]}
 BENCHMARKS = ("micro-test", "micro-visual-test", "gsm8k", "mathvision_testmini")
 METHODS = {"ttrl": 1, "corl": 2}
 MATRIX = list(itertools.product(PROFILES, ENGINES, MEMORY, BENCHMARKS, METHODS))

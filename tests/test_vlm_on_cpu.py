@@ -14,7 +14,7 @@ import itertools
 import pytest
 import torch
 
-from corl_bench.config import AgentSpec, GRPOConfig
+from corl_bench.config import AgentSpec, GRPOConfig, MemoryConfig
 from corl_bench.rollout import Request, SamplingParams, make_engine
 from corl_bench.models.images import VisionCodec, attach, codec_of
 
@@ -128,7 +128,8 @@ def test_micro_batched_updates_equal_the_whole_batch_update_with_images_on_cpu(v
     adv = [0.5, -0.5, 1.0, -1.0, 0.2, -0.2, 0.0, 0.3]
     after = []
     for micro in (0, 3):
-        ag = Agent(AgentSpec("a0", "vtest"), _clone(model), tok, GRPOConfig(micro_batch=micro))
+        ag = Agent(AgentSpec("a0", "vtest"), _clone(model), tok, GRPOConfig(),
+                   memory=MemoryConfig(micro_batch=micro))
         ag.optimizer = torch.optim.SGD(ag.model.parameters(), lr=1.0)  # the step is the (clipped) gradient itself
         ag.score(samples)
         ag.update(adv)
@@ -146,8 +147,9 @@ def test_text_paths_refuse_images_with_one_line_on_cpu(vlm, tiny_qwen):
     text_model, text_tok = tiny_qwen
     with pytest.raises(ValueError, match="text model"):
         make_engine("hf", text_model, text_tok).generate(req, SamplingParams(greedy=True, max_new_tokens=4))
-    with pytest.raises(ValueError, match="grpo.shared_prefix=false"):
-        Agent(AgentSpec("a0", "vtest"), model, tok, GRPOConfig(shared_prefix=True))
+    with pytest.raises(ValueError, match="memory.shared_prefix=false"):
+        Agent(AgentSpec("a0", "vtest"), model, tok, GRPOConfig(),
+              memory=MemoryConfig(shared_prefix=True))
 
 
 def test_a_saved_vlm_reloads_with_its_codec_to_the_same_logits_on_cpu(vlm, tmp_path):

@@ -12,7 +12,7 @@ Logits: ``logit_chunk`` rows of the vocabulary at a time, three fp32 copies (log
 whole micro-batch's completion positions at once.
 
 Agents of one process on one device train in turn, so a device needs every agent's resident state plus the largest
-single agent's transient peak. :func:`fit_memory` picks ``grpo.micro_batch`` and ``grpo.logit_chunk`` for the hf
+single agent's transient peak. :func:`fit_memory` picks ``memory.micro_batch`` and ``memory.logit_chunk`` for the hf
 profile's CPU defaults (the largest power-of-two micro-batch whose step fits 60 % of the machine's memory, as
 ``auto_find_batch_size`` halves a batch until it fits), and :func:`check_memory` refuses a run whose estimated peak
 exceeds the memory a device has, naming options that would fit. These are estimates (allocator slack and, on CUDA, the
@@ -162,10 +162,10 @@ def device_memory(device: str) -> int:
 def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_chunk: int, copies: int,
                     dtype_bytes: int) -> dict[str, float]:
     batch = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
-    lora = (agent.lora_rank if agent.lora_rank is not None else cfg.grpo.lora_rank) > 0
+    lora = (agent.lora_rank if agent.lora_rank is not None else cfg.memory.lora_rank) > 0
     return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=PROMPT_TOKENS, new_tokens=cfg.rollout.max_new_tokens,
                     micro_batch=micro_batch or batch, logit_chunk=logit_chunk,
-                    checkpointing=cfg.grpo.gradient_checkpointing,
+                    checkpointing=cfg.memory.gradient_checkpointing,
                     max_batch=min(cfg.rollout.max_batch or batch, batch), copies=copies, lora=lora)
 
 
@@ -173,8 +173,8 @@ def device_peaks(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_byte
                  logit_chunk: int | None = None) -> dict[str, float]:
     """Estimated peak GB per device: every agent's resident state there plus the largest transient peak (agents of
     one process train in turn; with ``run.backend=ray`` each agent is its own process but they may share a node)."""
-    mb = cfg.grpo.micro_batch if micro_batch is None else micro_batch
-    lc = cfg.grpo.logit_chunk if logit_chunk is None else logit_chunk
+    mb = cfg.memory.micro_batch if micro_batch is None else micro_batch
+    lc = cfg.memory.logit_chunk if logit_chunk is None else logit_chunk
     resident: dict[str, float] = {}
     transient: dict[str, float] = {}
     for agent, arch in zip(cfg.cohort.agents, archs):
@@ -224,9 +224,9 @@ def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_byte
             continue
         fixes = []
         for mb in (8, 4, 2, 1):
-            for options, overrides in ((f"grpo.micro_batch={mb} grpo.logit_chunk=256", {}),
-                                       (f"grpo.micro_batch={mb} grpo.logit_chunk=256 grpo.gradient_checkpointing=true",
-                                        {"checkpointing": True})):
+            for options, overrides in ((f"memory.micro_batch={mb} memory.logit_chunk=256", {}),
+                                       (f"memory.micro_batch={mb} memory.logit_chunk=256 "
+                                        "memory.gradient_checkpointing=true", {"checkpointing": True})):
                 est = _with(cfg, mb, 256, **overrides)
                 if max(device_peaks(est, archs, copies, dtype_bytes).values() or [0.0]) <= have * 0.9:
                     fixes.append(options)
@@ -234,7 +234,7 @@ def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_byte
             if fixes:
                 break
         fix = fixes[0] if fixes else ("fewer or shorter rollouts (rollout.prompts_per_step, rollout.samples_per_prompt, "
-                                      "rollout.max_new_tokens), grpo.lora_rank=16, or a device with more memory")
+                                      "rollout.max_new_tokens), memory.lora_rank=16, or a device with more memory")
         machine_problem(f"one training step needs about {peak:.1f} GB on {device} (estimated from the models' "
                         f"architectures) and it has {have:.1f} GB; set {fix}")
     return peaks
@@ -243,6 +243,6 @@ def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_byte
 def _with(cfg: Any, micro_batch: int, logit_chunk: int, checkpointing: bool = False) -> Any:
     import dataclasses
 
-    grpo = dataclasses.replace(cfg.grpo, micro_batch=micro_batch, logit_chunk=logit_chunk, shared_prefix=False,
-                               gradient_checkpointing=checkpointing or cfg.grpo.gradient_checkpointing)
-    return cfg.replace(grpo=grpo)
+    memory = dataclasses.replace(cfg.memory, micro_batch=micro_batch, logit_chunk=logit_chunk, shared_prefix=False,
+                                 gradient_checkpointing=checkpointing or cfg.memory.gradient_checkpointing)
+    return cfg.replace(memory=memory)

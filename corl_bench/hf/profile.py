@@ -126,8 +126,8 @@ class HFProfile:
     @classmethod
     def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
         """The config with the hf profile's defaults where it leaves the global ones, and a note per value filled:
-        on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device, when ``grpo.micro_batch``, ``grpo.logit_chunk``
-        and ``grpo.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
+        on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device, when ``memory.micro_batch``, ``memory.logit_chunk``
+        and ``memory.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
         (:func:`corl_bench.hf.fit.fit_memory`)."""
         import dataclasses
 
@@ -140,12 +140,12 @@ class HFProfile:
                 if getattr(getattr(cfg, section), name) == getattr(getattr(base, section), name):
                     cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
                     notes.append(f"{section}.{name}={value}")
-        g = cfg.grpo
+        g = cfg.memory
         if not (g.micro_batch or g.logit_chunk or g.shared_prefix):
             archs = cls.archs(cfg)
             mb, chunk, peaks = fit.fit_memory(cfg, archs, cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
-            cfg = cfg.replace(grpo=dataclasses.replace(g, micro_batch=mb, logit_chunk=chunk))
-            notes.append(f"grpo.micro_batch={mb} grpo.logit_chunk={chunk} (fit to "
+            cfg = cfg.replace(memory=dataclasses.replace(g, micro_batch=mb, logit_chunk=chunk))
+            notes.append(f"memory.micro_batch={mb} memory.logit_chunk={chunk} (fit to "
                          f"{', '.join(f'{fit.device_memory(d) / fit.GB:.0f} GB on {d}' for d in peaks)})")
         return cfg, notes
 

@@ -67,6 +67,7 @@ def warm_start(family: VisualFamily, *, steps: int | None = None,
 
     from corl_bench.micro.families import build_tokenizer
     from corl_bench.models.images import attach
+    from corl_bench.rollout.encode import Processor, encode
 
     torch.set_num_threads(threads)
     steps = family.warmstart_steps if steps is None else steps
@@ -76,18 +77,18 @@ def warm_start(family: VisualFamily, *, steps: int | None = None,
     corpus = [render_prompt(p.text(v)) + s for p, v, s in data[:4000]]
     tok = build_tokenizer("bpe", corpus, vocab_size=family.vocab_size, extra_special=layout_tokens(family.style))
     codec = build_codec(family, tok)
-    attach(tok, codec)
+    attach(tok, codec)  # checkpoints load the codec onto the tokenizer; in here it is passed explicitly
+    processor = Processor(tok, codec)
     torch.manual_seed(family.seed)
     model = build_model(family, tok)
     eos = tok.eos_token_id
 
     def batch(step: int) -> dict[str, Any]:
         part = data[step * bs: (step + 1) * bs]
-        encoded = [codec.prompt(request(p, v)) for p, v, _ in part]
+        enc = encode(processor, [request(p, v) for p, v, _ in part])  # the encoder of the engines and the agent
         sols = tok([s for _, _, s in part], add_special_tokens=False)["input_ids"]
-        ids, att, labels = right_padded([(e[0], s + [eos]) for e, s in zip(encoded, sols)], tok.pad_token_id)
-        return {"input_ids": ids, "attention_mask": att, "labels": labels,
-                **codec.collate([e[1] for e in encoded], ids)}
+        ids, att, labels = right_padded([(e, s + [eos]) for e, s in zip(enc.ids, sols)], tok.pad_token_id)
+        return {"input_ids": ids, "attention_mask": att, "labels": labels, **codec.collate(enc.visions, ids)}
 
     done, checks, losses, seconds = supervised_loop(family, model, steps, batch, lambda: dev_accuracy(model, tok, dev),
                                                     progress)

@@ -17,8 +17,9 @@ style           where the image goes                                         ext
 
 Images precede the text, as the Qwen2-VL and LLaVA chat templates place an image before the question, so a
 request's ``text`` never carries model-specific image tokens and one rendered prompt serves every family. A
-request's images are PIL images or paths (opened and converted to RGB). The codec travels with the tokenizer
-(:func:`attach`, :func:`codec_of`), so everything that already receives an agent's tokenizer can find it.
+request's images are PIL images or paths (opened and converted to RGB). A checkpoint loader attaches the codec to its
+tokenizer (:func:`attach`); :meth:`corl_bench.rollout.encode.Processor.of` reads it from there once, and from then on
+every encoder path (engines, training pass, warm start) receives it explicitly in that processor.
 """
 
 from __future__ import annotations

@@ -115,43 +115,25 @@ class InProcessEngine:
     def sync_weights(self, model: Any) -> None:  # the engine reads the live module
         return None
 
+    @property
+    def processor(self) -> Any:
+        """The engine's :class:`corl_bench.rollout.encode.Processor` (its tokenizer and, for a VLM, its codec)."""
+        proc = self.__dict__.get("_processor")
+        if proc is None:
+            from corl_bench.rollout.encode import Processor
+
+            proc = self.__dict__["_processor"] = Processor.of(self.tokenizer)  # type: ignore[attr-defined]
+        return proc
+
     def encode(self, requests: Sequence[Prompt], device: Any) -> dict[str, Any]:
         """Left-padded ``input_ids`` and ``attention_mask`` (B, L) of a batch of requests on ``device``, plus the image
-        inputs of a vision-language model when requests carry images (:mod:`corl_bench.models.images`).
+        inputs of a vision-language model when requests carry images (:mod:`corl_bench.rollout.encode`).
 
-        Text requests are tokenized together exactly as ``tokenizer(texts, padding=True)`` does; token-id requests
-        are left-padded with the pad token. Images are refused by engines without an image path.
-        """
-        import torch
-
-        from corl_bench.models.images import codec_of
+        Images are refused by engines without an image path."""
+        from corl_bench.rollout.encode import encode, left_padded
 
         reqs = as_requests(requests)
-        tok = self.tokenizer  # type: ignore[attr-defined]
-        codec = codec_of(tok)
-        if any(r.images for r in reqs):
-            if not self.supports_images:
-                raise ValueError(f"the {type(self).__name__} engine has no image input; set rollout.backend=hf for "
-                                 "vision-language agents")
-            if codec is None:
-                raise ValueError("a request has images but this model is a text model (its tokenizer carries no "
-                                 "vision codec); use a vision-language family or drop the images")
-            encoded = [codec.prompt(r) for r in reqs]
-            rows, visions = [e[0] for e in encoded], [e[1] for e in encoded]
-        elif all(r.text is not None for r in reqs):
-            enc = tok([r.text for r in reqs], return_tensors="pt", padding=True)
-            return {k: v.to(device) for k, v in enc.items()}
-        else:
-            rows = [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
-            visions = []
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        att = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-                att[i, width - len(r):] = 1
-        out = {"input_ids": ids.to(device), "attention_mask": att.to(device)}
-        if visions:
-            out.update(codec.collate(visions, out["input_ids"]))
-        return out
+        if any(r.images for r in reqs) and not self.supports_images:
+            raise ValueError(f"the {type(self).__name__} engine has no image input; set rollout.backend=hf for "
+                             "vision-language agents")
+        return left_padded(self.processor, encode(self.processor, reqs), device)

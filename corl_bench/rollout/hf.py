@@ -16,7 +16,6 @@ from typing import Any, Sequence
 import torch
 
 from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, SamplingParams
-from corl_bench.models.images import codec_of
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ class HFEngine(InProcessEngine):
                                       eos_token_id=tok.eos_token_id, return_dict_in_generate=True)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
-        codec = codec_of(tok)
+        codec = self.processor.codec
         if codec is not None:  # a VLM never samples its image-layout tokens (the raw log-probs are unchanged)
             kwargs.update(suppress_tokens=list(codec.layout_ids))
         if params.greedy:

@@ -61,6 +61,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from corl_bench.rollout.base import Completion, Prompt, SamplingParams, as_requests
+from corl_bench.rollout.encode import Processor, encode
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class VLLMEngine:
         if problem:
             raise RuntimeError(problem)
         self.tokenizer = tokenizer
+        self.processor = Processor.of(tokenizer)
         self.max_batch = max_batch
         self.sync = sync
         self.route: str | None = None if sync == "auto" else sync
@@ -188,7 +190,7 @@ class VLLMEngine:
             log.warning("vllm engine: with top_p < 1 the log-probs are under the renormalised nucleus (not the "
                         "hf engine's temperature-scaled full softmax)")
             self._warned_top_p = True
-        ids = [list(r.token_ids) if r.token_ids is not None else self.tokenizer(r.text)["input_ids"] for r in reqs]
+        ids = encode(self.processor, reqs).ids
         n = params.n
         sps = [vllm.SamplingParams(
             n=n, temperature=0.0 if params.greedy else params.temperature,

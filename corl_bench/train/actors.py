@@ -96,7 +96,7 @@ class AgentHost:
             device = "cuda"  # Ray shows the actor only its own GPUs: cuda:N of the cohort names a host device
         model, tok = load_for(profile, spec.family, device)
         self.agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                           engine_options=dict(cfg.rollout.engine_options),
+                           engine_options=dict(cfg.rollout.engine_options), memory=cfg.memory,
                            temperature=cfg.rollout.temperature, auxiliary=auxiliary)
 
     def call(self, method: str, args: tuple, kwargs: dict) -> Any:

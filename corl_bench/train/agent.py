@@ -13,10 +13,11 @@ agent can live in another process (a Ray actor owning its own GPUs) without any 
     state_dict() / load_state_dict()    everything a bit-identical resume needs (weights, AdamW, auxiliary models)
     save(path)                          the policy as a save_pretrained folder (LoRA adapters merged)
 
-Memory (``GRPOConfig``, all off by default): ``micro_batch`` splits score() and update() into micro-batches with
-gradient accumulation (score() then keeps no graph: update() recomputes each micro-batch with grad);
-``logit_chunk`` applies the LM head chunk by chunk over the completion positions; ``gradient_checkpointing``;
-``lora_rank`` (or the agent's own) trains LoRA adapters only (:mod:`corl_bench.train.memory`).
+Memory (``MemoryConfig``, the config's ``memory:`` section, all off by default): ``micro_batch`` splits score() and
+update() into micro-batches with gradient accumulation (score() then keeps no graph: update() recomputes each
+micro-batch with grad); ``logit_chunk`` applies the LM head chunk by chunk over the completion positions;
+``gradient_checkpointing``; ``lora_rank`` (or the agent's own) trains LoRA adapters only
+(:mod:`corl_bench.train.memory`).
 
 Agents never share parameters or gradients; Co-RL agents exchange extracted answers only, and that exchange happens
 in the method, above this layer.
@@ -33,10 +34,11 @@ from typing import Any, Sequence
 import torch
 
 from corl_bench.method import AuxiliaryModel
-from corl_bench.config import AgentSpec, GRPOConfig
-from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, as_request, make_engine
-from corl_bench.models.images import codec_of
-from corl_bench.train import grpo, memory, prefix
+from corl_bench.config import AgentSpec, GRPOConfig, MemoryConfig
+from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, make_engine
+from corl_bench.rollout.encode import Encoded, Processor, encode
+from corl_bench.train import grpo, prefix
+from corl_bench.train import memory as memops
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class PolicyForward:
 
 @dataclass
 class MicroBatch:
-    """One scored micro-batch (``grpo.micro_batch`` > 0): its inputs and detached statistics, no autograd graph;
+    """One scored micro-batch (``memory.micro_batch`` > 0): its inputs and detached statistics, no autograd graph;
     :meth:`Agent.update` recomputes its forward pass with grad."""
 
     ids: torch.Tensor  # (n, L) right-padded prompt + completion ids
@@ -113,7 +115,7 @@ class MicroBatch:
     cmask: torch.Tensor  # (n, L) 1 on completion tokens
     entropy: torch.Tensor  # (n,) as PolicyForward.entropy
     self_certainty: torch.Tensor  # (n,)
-    shared: prefix.PrefixBatch | None = None  # grpo.shared_prefix: the same sequences in the shared layout
+    shared: prefix.PrefixBatch | None = None  # memory.shared_prefix: the same sequences in the shared layout
     behaviour: torch.Tensor | None = None  # (n, T) the engine's log-probs in the mask's layout (behaviour_is_cap)
     vision: dict[str, torch.Tensor] = field(default_factory=dict)  # a VLM's image inputs of these rows
 
@@ -153,11 +155,12 @@ class Agent:
 
     def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
                  backend: str = "hf", temperature: float = 1.0, auxiliary: Sequence[AuxiliaryModel] = (),
-                 max_batch: int = 0, engine_options: Any = None) -> None:
+                 max_batch: int = 0, engine_options: Any = None, memory: MemoryConfig | None = None) -> None:
         self.spec = spec
         self.name = spec.name
         self.tokenizer = tokenizer
         self.cfg = grpo_cfg
+        self.mem = mem = memory if memory is not None else MemoryConfig()
         self.temperature = temperature
         # auxiliary models start as frozen copies of the initial policy; one may double as the KL reference
         self.auxiliary: dict[str, Any] = {}
@@ -168,17 +171,19 @@ class Agent:
                 self.reference = module
         if grpo_cfg.kl_coef > 0 and self.reference is None:  # the KL anchor: a copy of the initial policy
             self.reference = _frozen_copy(model)
-        self.codec = codec_of(tokenizer)  # a vision-language model's tokenizer carries its image codec
-        if self.codec is not None and (grpo_cfg.shared_prefix or grpo_cfg.logit_chunk):
-            raise ValueError(f"agent {spec.name} is a vision-language model: grpo.shared_prefix and grpo.logit_chunk "
-                             "do not take images yet; set grpo.shared_prefix=false grpo.logit_chunk=0")
-        self.lora_rank = spec.lora_rank if spec.lora_rank is not None else grpo_cfg.lora_rank
+        # the tokenizer and, for a vision-language model, its image codec: every prompt is encoded through it
+        self.processor = Processor.of(tokenizer)
+        if self.processor.codec is not None and (mem.shared_prefix or mem.logit_chunk):
+            raise ValueError(f"agent {spec.name} is a vision-language model: memory.shared_prefix and "
+                             "memory.logit_chunk do not take images yet; set memory.shared_prefix=false "
+                             "memory.logit_chunk=0")
+        self.lora_rank = spec.lora_rank if spec.lora_rank is not None else mem.lora_rank
         if self.lora_rank:  # adapters in place, base frozen; the copies above stay plain (they follow merged weights)
-            model = memory.apply_lora(model, self.lora_rank, grpo_cfg.lora_alpha or 2.0 * self.lora_rank,
-                                      grpo_cfg.lora_dropout, grpo_cfg.lora_targets,
+            model = memops.apply_lora(model, self.lora_rank, mem.lora_alpha or 2.0 * self.lora_rank,
+                                      mem.lora_dropout, mem.lora_targets,
                                       seed=(torch.initial_seed() + 7_919 * spec.seed_offset) % 2**63)
-        if grpo_cfg.gradient_checkpointing:
-            memory.enable_gradient_checkpointing(model)
+        if mem.gradient_checkpointing:
+            memops.enable_gradient_checkpointing(model)
         self.model = model
         engine_kwargs = {**(engine_options or {}), **({"max_batch": max_batch} if max_batch > 0 else {})}
         self.engines = {POLICY: make_engine(backend, model, tokenizer, **engine_kwargs)}
@@ -189,8 +194,8 @@ class Agent:
         self.optimizer = torch.optim.AdamW(params, lr=grpo_cfg.lr, betas=grpo_cfg.betas,
                                            weight_decay=grpo_cfg.weight_decay)
         self._pending: PolicyForward | None = None
-        self._micro: list[MicroBatch] = []  # scored micro-batches (grpo.micro_batch > 0): tensors, no graph
-        self._splits: dict[int, memory.SplitLM] = {}
+        self._micro: list[MicroBatch] = []  # scored micro-batches (memory.micro_batch > 0): tensors, no graph
+        self._splits: dict[int, memops.SplitLM] = {}
 
     # ------------------------------------------------------------------ rollouts
     def generate(self, requests: Sequence[Prompt], params: SamplingParams, *, model: str = POLICY
@@ -206,8 +211,8 @@ class Agent:
         if name not in self.auxiliary:
             raise RuntimeError(f"agent {self.name} has no auxiliary model {name!r}")
         module = self.auxiliary[name]
-        if memory.has_lora(self.model):  # the auxiliary model is plain: it follows the merged policy weights
-            merged = memory.merged_state_dict(self.model)
+        if memops.has_lora(self.model):  # the auxiliary model is plain: it follows the merged policy weights
+            merged = memops.merged_state_dict(self.model)
             for key, t in module.named_parameters():
                 t.mul_(1.0 - alpha).add_(merged[key].detach(), alpha=alpha)
         else:
@@ -217,28 +222,19 @@ class Agent:
             self.engines[name].sync_weights(module)
 
     # ------------------------------------------------------------------ training forward pass
+    def _encode(self, prompts: Sequence[Prompt]) -> Encoded:
+        """Prompt token ids and, for a vision-language model given images, each prompt's image tensors, from the
+        one request encoder the rollout engines use (:mod:`corl_bench.rollout.encode`)."""
+        try:
+            return encode(self.processor, prompts)
+        except ValueError as e:
+            raise ValueError(f"agent {self.name}: {e}") from None
+
     def _prompt_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        return self._prompts(prompts)[0]
-
-    def _prompts(self, prompts: Sequence[Prompt]) -> tuple[list[list[int]], list[dict[str, torch.Tensor]]]:
-        """Prompt token ids and, for a vision-language model given images, each prompt's image tensors."""
-        reqs = [as_request(p) for p in prompts]
-        if any(r.images for r in reqs):
-            if self.codec is None:
-                raise ValueError(f"agent {self.name} is a text model but a request has images; use a "
-                                 "vision-language family")
-            encoded = [self.codec.prompt(r) for r in reqs]
-            return [e[0] for e in encoded], [e[1] for e in encoded]
-        return self._text_prompt_ids(reqs), []
-
-    def _text_prompt_ids(self, reqs: Sequence[Request]) -> list[list[int]]:
-        tok = self.tokenizer
-        if all(r.text is not None for r in reqs):
-            return tok([r.text for r in reqs], add_special_tokens=True)["input_ids"]
-        return [list(r.token_ids) if r.token_ids is not None else tok(r.text)["input_ids"] for r in reqs]
+        return self._encode(prompts).ids
 
     def _shared(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> prefix.PrefixBatch:
-        """The batch in the shared-prefix layout (``grpo.shared_prefix``); checked once against the plain pass."""
+        """The batch in the shared-prefix layout (``memory.shared_prefix``); checked once against the plain pass."""
         b = prefix.build(self._prompt_ids(prompts), [c.token_ids for c in completions], self.tokenizer.pad_token_id,
                          next(self.model.parameters()).device)
         if not getattr(self, "_prefix_checked", False):
@@ -264,16 +260,16 @@ class Agent:
         gap = float((plain - shared).abs().max()) if plain.numel() else 0.0
         tol = 1e-3 if next(self.model.parameters()).dtype == torch.float32 else 5e-2
         if not gap <= tol:
-            raise RuntimeError(f"grpo.shared_prefix: agent {self.name}'s cached forward differs from its full "
-                               f"forward (max log-prob gap {gap:.2e} > {tol:g}); set grpo.shared_prefix=false")
+            raise RuntimeError(f"memory.shared_prefix: agent {self.name}'s cached forward differs from its full "
+                               f"forward (max log-prob gap {gap:.2e} > {tol:g}); set memory.shared_prefix=false")
 
     def _batch(self, prompts: Sequence[Prompt], completions: Sequence[Completion]
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Right-padded (prompt + completion) ids, attention mask and completion mask, all (N, L), and the image
         inputs of a vision-language model ({} for text)."""
         tok = self.tokenizer
-        p_ids, visions = self._prompts(prompts)
-        rows = [(p, list(c.token_ids)) for p, c in zip(p_ids, completions)]
+        enc = self._encode(prompts)
+        rows = [(p, list(c.token_ids)) for p, c in zip(enc.ids, completions)]
         width = max(len(p) + len(c) for p, c in rows)
         n = len(rows)
         ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
@@ -286,7 +282,7 @@ class Agent:
             cmask[r, len(p): len(seq)] = 1.0
         device = next(self.model.parameters()).device
         ids = ids.to(device)
-        vision = self.codec.collate(visions, ids) if visions else {}
+        vision = self.processor.codec.collate(enc.visions, ids) if enc.visions else {}
         return ids, att.to(device), cmask.to(device), vision
 
     def _token_logits(self, model: Any, ids: torch.Tensor, att: torch.Tensor,
@@ -294,17 +290,17 @@ class Agent:
         """Logits predicting token t+1 at position t, aligned to targets ids[:, 1:]: (N, L-1, V)."""
         return model(input_ids=ids, attention_mask=att, **(vision or {})).logits[:, :-1, :]
 
-    def _split(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> memory.SplitLM:
+    def _split(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> memops.SplitLM:
         """``model`` as backbone + LM head (checked once against its own logits) for the chunked path."""
         split = self._splits.get(id(model))
         if split is None:
-            split = self._splits[id(model)] = memory.SplitLM(model)
+            split = self._splits[id(model)] = memops.SplitLM(model)
         split.check(ids, att)
         return split
 
     def _chunked(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor, *, stats: bool
                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``grpo.logit_chunk`` > 0: log-probs (N, T) and, if ``stats``, per-sequence entropy and self-certainty (N,)
+        """``memory.logit_chunk`` > 0: log-probs (N, T) and, if ``stats``, per-sequence entropy and self-certainty (N,)
         from the hidden states of the completion positions only, ``logit_chunk`` positions at a time.
 
         Positions outside ``mask`` get log-prob 0 (the loss never reads them)."""
@@ -312,7 +308,7 @@ class Agent:
         m = mask.bool()
         hidden = split.hidden(ids, att)[:, :-1][m]  # (M, H): the positions that predict completion tokens
         lp, ent, sc = grpo.chunked_token_stats(hidden, split.head, ids[:, 1:][m], self.temperature,
-                                               self.cfg.logit_chunk, stats=stats)
+                                               self.mem.logit_chunk, stats=stats)
         zeros = torch.zeros(mask.shape, dtype=lp.dtype, device=lp.device)
         logp = zeros.masked_scatter(m, lp)
         if not stats:
@@ -324,7 +320,7 @@ class Agent:
                vision: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sequence entropy and self-certainty (N,) of the policy, without grad (micro-batched scoring)."""
         with torch.no_grad():
-            if self.cfg.logit_chunk:
+            if self.mem.logit_chunk:
                 _, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
                 return entropy, certainty
             logits = self._token_logits(self.model, ids, att, vision)
@@ -335,7 +331,7 @@ class Agent:
     def _logp(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor,
               vision: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """(N, T) log-probs of the completion tokens under ``model`` (with grad when enabled)."""
-        if self.cfg.logit_chunk:
+        if self.mem.logit_chunk:
             return self._chunked(model, ids, att, mask, stats=False)[0]
         return grpo.logprobs_from_logits(self._token_logits(model, ids, att, vision), ids[:, 1:], self.temperature)
 
@@ -344,15 +340,15 @@ class Agent:
 
         It yields the log-probs the loss is built from (with grad) and, from the same full-vocabulary logits at the
         rollout temperature, each sequence's mean token entropy (RENT) and self-certainty (Intuitor) — so
-        intrinsic rewards need no second pass over the model. With ``grpo.logit_chunk`` the logits are computed
+        intrinsic rewards need no second pass over the model. With ``memory.logit_chunk`` the logits are computed
         chunk by chunk over the completion positions (:meth:`_chunked`) and never exist for the whole batch.
         """
-        if self.cfg.shared_prefix:
+        if self.mem.shared_prefix:
             return self._forward_shared(self._shared(prompts, completions))
         ids, att, cmask, vision = self._batch(prompts, completions)
         targets, mask = ids[:, 1:], cmask[:, 1:]
         self.model.train()
-        if self.cfg.logit_chunk:
+        if self.mem.logit_chunk:
             logp, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
         else:
             logits = self._token_logits(self.model, ids, att, vision)
@@ -388,14 +384,14 @@ class Agent:
     def score(self, samples: Sequence[TrainSample]) -> SampleStats:
         """Training forward pass over ``samples``; the graph waits inside the agent for :meth:`update`.
 
-        With ``grpo.micro_batch`` = m > 0 no graph is kept: the statistics come from a no-grad pass over m samples
+        With ``memory.micro_batch`` = m > 0 no graph is kept: the statistics come from a no-grad pass over m samples
         at a time and :meth:`update` recomputes each micro-batch's forward pass with grad (memory follows m)."""
-        if self.cfg.micro_batch:
+        if self.mem.micro_batch:
             entropy, certainty = [], []
-            for i in range(0, len(samples), self.cfg.micro_batch):
-                part = samples[i: i + self.cfg.micro_batch]
+            for i in range(0, len(samples), self.mem.micro_batch):
+                part = samples[i: i + self.mem.micro_batch]
                 self.model.train()
-                if self.cfg.shared_prefix:  # the shared layout only (the plain tensors are not needed)
+                if self.mem.shared_prefix:  # the shared layout only (the plain tensors are not needed)
                     shared = self._shared([s.request for s in part], [s.completion for s in part])
                     with torch.no_grad():
                         _, ent, sc = grpo.token_stats(prefix.logits(self.model, shared), shared.ids, self.temperature)
@@ -440,26 +436,13 @@ class Agent:
 
     # ------------------------------------------------------------------ update
     def step(self, fwd: PolicyForward, advantages: torch.Tensor, max_len: int | None = None) -> UpdateStats:
-        """One GRPO policy step from a :meth:`forward` pass; ``advantages`` is (N,).
+        """One GRPO policy step from a :meth:`forward` pass; ``advantages`` is (N,): :meth:`step_micro` with the
+        pass as its one micro-batch (its graph is already built, so nothing is recomputed).
 
         One optimiser step per rollout batch (on-policy, the paper's setting): old log-probs are the current
         ones, so the ratio is 1 and the clip is inactive; the gradient is the group-baselined policy gradient.
         """
-        mask = fwd.mask
-        advantages = advantages.to(mask.device)
-        out = grpo.grpo_loss(fwd.logp, fwd.logp.detach(), advantages, mask, loss_agg=self.cfg.loss_agg,
-                             clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high, kl_coef=self.cfg.kl_coef,
-                             ref_logp=fwd.ref_logp, max_len=max_len,
-                             is_weight=self._is_weight(fwd.logp, fwd.behaviour, mask))
-        check_finite(out.loss.detach(), "loss", self.name)
-        self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        grad_norm = self._apply_gradients()
-        n_tok = mask.sum(-1)
-        mean_entropy = float((fwd.entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
-        return UpdateStats(loss=float(out.loss.detach()), pg_loss=float(out.pg_loss), kl=float(out.kl),
-                           clip_fraction=float(out.clip_fraction), grad_norm=float(grad_norm),
-                           entropy=mean_entropy, n_tokens=int(mask.sum()))
+        return self.step_micro([fwd], advantages, max_len=max_len)
 
     def _apply_gradients(self) -> torch.Tensor:
         """Clip the accumulated gradients, check them, take the optimiser step; returns the pre-clip grad norm."""
@@ -472,12 +455,26 @@ class Agent:
         self.engines[POLICY].sync_weights(self.model)
         return grad_norm
 
-    def step_micro(self, batches: Sequence[MicroBatch], advantages: torch.Tensor, max_len: int | None = None
-                   ) -> UpdateStats:
-        """One GRPO step by gradient accumulation over scored micro-batches; ``advantages`` is (N,), N = all their
-        sequences in order. Each micro-batch's forward pass is recomputed with grad, its share of the whole-batch
-        loss (``grpo.grpo_loss_partial``, normalised by the whole batch's token / sequence count) back-propagated,
-        and its graph freed before the next; then one optimiser step. Equals :meth:`step` within float tolerance.
+    def _loss_inputs(self, b: MicroBatch | PolicyForward) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(n, T) log-probs with grad and the reference's (or None) of one micro-batch: a scored
+        :class:`MicroBatch` is recomputed with grad; a :class:`PolicyForward` already holds its graph."""
+        if isinstance(b, PolicyForward):
+            return b.logp, b.ref_logp
+        self.model.train()
+        logp = self._micro_logp(self.model, b)
+        ref_logp = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref_logp = self._micro_logp(self.reference, b)
+        return logp, ref_logp
+
+    def step_micro(self, batches: Sequence[MicroBatch | PolicyForward], advantages: torch.Tensor,
+                   max_len: int | None = None) -> UpdateStats:
+        """One GRPO step by gradient accumulation over micro-batches; ``advantages`` is (N,), N = all their
+        sequences in order. Each scored micro-batch's forward pass is recomputed with grad (:meth:`_loss_inputs`),
+        its share of the whole-batch loss (``grpo.grpo_loss_partial``, normalised by the whole batch's token /
+        sequence count) back-propagated, and its graph freed before the next; then one optimiser step. With one
+        micro-batch this is exactly the whole-batch step (``grpo.grpo_loss`` is ``grpo_loss_partial`` with one).
         """
         masks = [b.mask for b in batches]
         counts = torch.cat([m.sum(-1) for m in masks])
@@ -490,12 +487,7 @@ class Agent:
         for b, mask in zip(batches, masks):
             adv = advantages[start: start + mask.shape[0]].to(mask.device)
             start += mask.shape[0]
-            self.model.train()
-            logp = self._micro_logp(self.model, b)
-            ref_logp = None
-            if self.reference is not None:
-                with torch.no_grad():
-                    ref_logp = self._micro_logp(self.reference, b)
+            logp, ref_logp = self._loss_inputs(b)
             out = grpo.grpo_loss_partial(logp, logp.detach(), adv, mask, denominator=denom,
                                          token_denominator=tok_denom, loss_agg=self.cfg.loss_agg,
                                          clip_low=self.cfg.clip_low, clip_high=self.cfg.clip_high,
@@ -562,10 +554,10 @@ class Agent:
         """The policy as a ``save_pretrained`` folder; with LoRA the adapters merged into the base weights (a plain
         model of the base architecture that any loader reads; the adapters alone are in :meth:`state_dict`)."""
         path.mkdir(parents=True, exist_ok=True)
-        if memory.has_lora(self.model):
-            self.model.save_pretrained(path, state_dict=memory.merged_state_dict(self.model))
+        if memops.has_lora(self.model):
+            self.model.save_pretrained(path, state_dict=memops.merged_state_dict(self.model))
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
-        if self.codec is not None:  # a vision-language model: its image processor and image-token layout
-            self.codec.save_pretrained(path)
+        if self.processor.codec is not None:  # a vision-language model: its image processor and image-token layout
+            self.processor.codec.save_pretrained(path)

@@ -280,7 +280,8 @@ def grpo_loss(
     dual_clip: float | None = None,
     is_weight: Tensor | None = None,
 ) -> LossOutput:
-    """Full GRPO loss (TRL ``GRPOTrainer.compute_loss`` structure, verl conventions).
+    """Full GRPO loss (TRL ``GRPOTrainer.compute_loss`` structure, verl conventions): :func:`grpo_loss_partial`
+    with the whole batch as its one micro-batch.
 
     logp, old_logp, mask: (N, T); advantages: (N,) or (N, T); ref_logp: (N, T) or None.
     Per token: pg (``policy_loss``) + kl_coef * k3 (``kl_k3``) when kl_coef > 0,
@@ -289,26 +290,18 @@ def grpo_loss(
     ValueError. ``kl`` is reported whenever ref_logp is given, even at kl_coef 0. ``is_weight`` (N, T), detached
     (:func:`truncated_is_weight`): multiplies each token's policy-gradient term.
     """
-    mode = resolve_loss_agg(loss_agg)
-    if kl_coef < 0:
-        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
-    if kl_coef > 0 and ref_logp is None:
-        raise ValueError("kl_coef > 0 needs ref_logp (reference-model log-probs)")
-    pg_tok, clipped = policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high, dual_clip)
-    if is_weight is not None:
-        pg_tok = pg_tok * is_weight.detach()
-    m = mask.bool()
-    per_tok = pg_tok
-    kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
-    if ref_logp is not None:
-        k3 = torch.where(m, kl_k3(logp, ref_logp), torch.zeros_like(logp))
-        kl = aggregate(k3.detach(), m, "token-mean")
-        if kl_coef > 0:
-            per_tok = pg_tok + kl_coef * k3
-    loss = aggregate(per_tok, m, mode, max_len)
-    pg_loss = aggregate(pg_tok.detach(), m, mode, max_len)
-    clip_fraction = aggregate(clipped.to(logp.dtype), m, "token-mean")
-    return LossOutput(loss=loss, pg_loss=pg_loss, kl=kl, clip_fraction=clip_fraction)
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be (N, T), got {tuple(logp.shape)}")
+    _check_nt("mask", mask, logp)
+    counts = mask.bool().sum(dim=-1)
+    width = logp.shape[1]
+    return grpo_loss_partial(
+        logp, old_logp, advantages, mask,
+        denominator=aggregate_denominator(counts, loss_agg, width, max_len),
+        token_denominator=aggregate_denominator(counts, "token-mean", width),
+        loss_agg=loss_agg, clip_low=clip_low, clip_high=clip_high, kl_coef=kl_coef, ref_logp=ref_logp,
+        dual_clip=dual_clip, is_weight=is_weight,
+    )
 
 
 # ------------------------------------------------------------------------------------------- micro-batches

@@ -1,9 +1,9 @@
 """The memory options of the training step, on any Hugging Face causal LM (all opt-in; see ``GRPOConfig``):
 
 * :class:`SplitLM` — the model split into its backbone (final hidden states) and its LM head (with the model's own
-  logit soft-capping / scaling), so the agent can apply the head chunk by chunk (``grpo.logit_chunk``) instead of
+  logit soft-capping / scaling), so the agent can apply the head chunk by chunk (``memory.logit_chunk``) instead of
   materialising (N, T, V) logits; checked once against the model's own logits;
-* :func:`enable_gradient_checkpointing` — ``grpo.gradient_checkpointing``: recompute each decoder layer in
+* :func:`enable_gradient_checkpointing` — ``memory.gradient_checkpointing``: recompute each decoder layer in
   backward (non-reentrant);
 * :func:`apply_lora` / :func:`merged_state_dict` — LoRA adapters (``peft``, imported lazily) injected into the
   model in place, the base frozen; the merged weights are what ``Agent.save`` writes and what an EMA teacher
@@ -46,8 +46,8 @@ class SplitLM:
         self.backbone = model.get_decoder() if backbone is model else backbone
         self.lm_head = model.get_output_embeddings()
         if self.lm_head is None:
-            raise RuntimeError(f"grpo.logit_chunk: {type(model).__name__} has no output embeddings (LM head); "
-                               "set grpo.logit_chunk=0")
+            raise RuntimeError(f"memory.logit_chunk: {type(model).__name__} has no output embeddings (LM head); "
+                               "set memory.logit_chunk=0")
         cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.softcap = getattr(cfg, "final_logit_softcapping", None)
         scale = getattr(model, "logit_scale", None)
@@ -86,8 +86,8 @@ class SplitLM:
             self.model.train(was_training)
         err = float((ref - got).abs().max()) if ref.numel() else 0.0
         if ref.shape != got.shape or err > 1e-3 * (1.0 + float(ref.abs().max())):
-            raise RuntimeError(f"grpo.logit_chunk: the split LM head of {type(self.model).__name__} does not "
-                               f"reproduce its logits (max difference {err:.3g}); set grpo.logit_chunk=0")
+            raise RuntimeError(f"memory.logit_chunk: the split LM head of {type(self.model).__name__} does not "
+                               f"reproduce its logits (max difference {err:.3g}); set memory.logit_chunk=0")
         self.checked = True
 
 
@@ -101,8 +101,8 @@ def enable_gradient_checkpointing(model: Any) -> None:
         elif hasattr(model, "gradient_checkpointing_enable"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         else:
-            raise RuntimeError(f"grpo.gradient_checkpointing: {type(model).__name__} does not support it; set "
-                               "grpo.gradient_checkpointing=false")
+            raise RuntimeError(f"memory.gradient_checkpointing: {type(model).__name__} does not support it; set "
+                               "memory.gradient_checkpointing=false")
 
 
 def apply_lora(model: Any, rank: int, alpha: float, dropout: float, targets: Sequence[str], seed: int) -> Any:
@@ -115,7 +115,7 @@ def apply_lora(model: Any, rank: int, alpha: float, dropout: float, targets: Seq
     try:
         import peft
     except ImportError:
-        raise RuntimeError(f"LoRA (grpo.lora_rank > 0) needs peft: {PEFT_INSTALL}") from None
+        raise RuntimeError(f"LoRA (memory.lora_rank > 0) needs peft: {PEFT_INSTALL}") from None
     target: str | list[str] = "all-linear" if tuple(targets) == ("all-linear",) else list(targets)
     cfg = peft.LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target,
                           task_type="CAUSAL_LM")

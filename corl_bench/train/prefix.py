@@ -1,4 +1,4 @@
-"""Shared-prefix training forward (``grpo.shared_prefix``): a prompt's K samples share one pass over the prompt.
+"""Shared-prefix training forward (``memory.shared_prefix``): a prompt's K samples share one pass over the prompt.
 
 A GRPO batch holds every prompt K times. The plain training pass runs each of the N = P x K rows over prompt +
 completion; here the P distinct prompts run once (left-padded, ``use_cache=True``, with grad) and their key/value

@@ -124,9 +124,9 @@ def resolve(cfg: Config) -> Plan:
         raise ConfigError("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'; or set "
                           "run.backend=local")
     _check_devices(cfg)
-    if (cfg.grpo.lora_rank or any(a.lora_rank for a in cohort.agents)) and importlib.util.find_spec("peft") is None:
-        raise ConfigError("LoRA (grpo.lora_rank or an agent's lora_rank) needs peft: pip install -c "
-                          "constraints-cpu.txt 'peft>=0.11'; or set grpo.lora_rank=0")
+    if (cfg.memory.lora_rank or any(a.lora_rank for a in cohort.agents)) and importlib.util.find_spec("peft") is None:
+        raise ConfigError("LoRA (memory.lora_rank or an agent's lora_rank) needs peft: pip install -c "
+                          "constraints-cpu.txt 'peft>=0.11'; or set memory.lora_rank=0")
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     check_memory = getattr(profile_cls, "check_memory", None)  # optional hook: does a step fit the devices
     if check_memory is not None:
@@ -150,10 +150,10 @@ def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
         if vision and not getattr(engine_cls, "supports_images", False):
             raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and agent {agent.name!r} "
                               f"({agent.family}) is a vision-language model; set rollout.backend=hf")
-        if vision and (cfg.grpo.shared_prefix or cfg.grpo.logit_chunk):
-            raise ConfigError(f"agent {agent.name!r} ({agent.family}) is a vision-language model: grpo.shared_prefix "
-                              "and grpo.logit_chunk do not take images yet; set grpo.shared_prefix=false "
-                              "grpo.logit_chunk=0")
+        if vision and (cfg.memory.shared_prefix or cfg.memory.logit_chunk):
+            raise ConfigError(f"agent {agent.name!r} ({agent.family}) is a vision-language model: memory.shared_prefix "
+                              "and memory.logit_chunk do not take images yet; set memory.shared_prefix=false "
+                              "memory.logit_chunk=0")
         if vision is False and image_benches:
             raise ConfigError(f"eval.benchmarks: {image_benches[0]} has images and agent {agent.name!r} "
                               f"({agent.family}) is a text model; evaluate text benchmarks (corl-bench ls benchmarks) "
@@ -324,7 +324,7 @@ def build_agents(plan: Plan, profile: Any) -> list[Any]:
     return [Agent(spec, *load_for(profile, spec.family, spec.device or cfg.model.device), cfg.grpo,
                   backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
                   engine_options=dict(cfg.rollout.engine_options), temperature=cfg.rollout.temperature,
-                  auxiliary=plan.method_cls.auxiliary)
+                  auxiliary=plan.method_cls.auxiliary, memory=cfg.memory)
             for spec in cfg.cohort.agents]
 
 
