@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from corl_bench.rollout.base import Prompt, as_requests
+from corl_bench.rollout.request import Prompt, as_requests
 from corl_bench.models.images import VisionCodec, codec_of
 
 __all__ = ["Encoded", "Processor", "encode", "left_padded"]
