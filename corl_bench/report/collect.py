@@ -3,14 +3,15 @@
 Public API (no torch or transformers; layout, render and table build on it, nothing here imports them):
 
 * :func:`collect_results` ``(results_dir) -> Collected`` - one :class:`AgentResult` per (run, agent) and one
-  :class:`RunProtocol` per run (its run record, eval decoding, steps, benchmark versions), plus one-line warnings (damaged runs are
-  skipped and named there).
+  :class:`RunProtocol` per run (its run record, eval decoding, steps, benchmark versions), plus one-line warnings
+  (damaged runs are skipped and named there).
 * :func:`collect` ``(results_dir) -> (list[Row], list[str])`` - the same aggregated over seeds: one :class:`Row`
   per (method, cohort, tag, agent); :func:`aggregate` does it on an already-read :class:`Collected`.
 * :func:`check_metrics`, :data:`METRIC_LABELS`, :func:`natural_key`, :func:`rel_path`, :func:`row_grader_for`.
 
 Run directories are read through :class:`corl_bench.results.RunDir` (``run.json`` as a
-:class:`corl_bench.record.RunRecord`: method, cohort, paper_row, seed, tag, status, agents, steps, ...; ``config.yaml``; predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``). Every
+:class:`corl_bench.record.RunRecord`: method, cohort, paper_row, seed, tag, status, agents, steps, ...;
+``config.yaml``; predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``). Every
 predictions file is regraded with :func:`corl_bench.eval.metrics.score_predictions` (stored ``correct`` fields are
 not trusted). A :class:`Row` holds the mean over seeds and the sample standard deviation (n-1) where there are two
 or more.
@@ -276,8 +277,8 @@ def _protocol(run: RunDir, rel: str, record: RunRecord, versions: dict[str, set[
         run_cfg = cfg.get("run") if cfg else None
         steps = run_cfg.get("steps") if isinstance(run_cfg, Mapping) else None
         steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
-    return RunProtocol(record, rel, steps, decoding, tuple((b, v) for b in sorted(versions) for v in sorted(versions[b])),
-                       run_id=record.run_id or run.name)
+    seen = tuple((b, v) for b in sorted(versions) for v in sorted(versions[b]))
+    return RunProtocol(record, rel, steps, decoding, seen, run_id=record.run_id or run.name)
 
 
 def selected_phases(record: RunRecord) -> tuple[Optional[tuple[str, str]], dict[str, str]]:

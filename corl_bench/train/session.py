@@ -1,12 +1,12 @@
 """The stages of one run, in the order :func:`corl_bench.train.runner.run` calls them.
 
-:func:`prepare` resolves the config and seeds the process; :func:`open_run` creates the run directory or reopens an
-interrupted one (history to come back to). A :class:`Session` then holds everything one run builds (agents, method,
+After :func:`corl_bench.train.runner.prepare` (resolve the config, seed the process), :func:`open_run` creates the
+run directory or reopens an interrupted one. A :class:`Session` then holds everything one run builds (agents, method,
 trainer, benchmarks, the collapse watch, scores, the run record) while it goes through :meth:`Session.build`,
 :meth:`Session.restore`, :meth:`Session.evaluate_base`, :meth:`Session.train` and :meth:`Session.evaluate_final`.
 As a context manager it writes the run record's ``status``: ``running`` on entry, ``finished`` on a clean exit and
-``failed`` (with the error, mapped to a :class:`~corl_bench.train.runner.ResourceError` when the machine ran out of
-something) when any exception, ``KeyboardInterrupt`` included, leaves it.
+``failed`` (with the error, mapped to a :class:`ResourceError` when the machine ran out of something) when any
+exception, ``KeyboardInterrupt`` included, leaves it.
 
 The run record (:class:`corl_bench.record.RunRecord`) is written through :meth:`Session.write` only.
 """
@@ -34,6 +34,8 @@ class ResourceError(RuntimeError):
 
 
 def resource_error(exc: BaseException, run_dir: Path) -> ResourceError | None:
+    """The ResourceError that says what to change when ``exc`` means the machine ran out of disk, permission or
+    memory; None for any other exception."""
     import errno
 
     resume = f"then resume with: corl-bench run --resume {run_dir}"
@@ -87,6 +89,7 @@ def open_run(plan: Any, resume: Optional[Path], auto_resume: bool) -> tuple[Path
     already finished (nothing to do)."""
     from corl_bench.config import dump_config
     from corl_bench.results import environment_record, new_run_dir, now_iso, write_json
+
     cfg = plan.config
     if resume is None and auto_resume:
         resume = find_interrupted(Path(cfg.run.output_dir), cfg)
@@ -127,8 +130,10 @@ class Session:
         self.scores: dict[str, dict[str, Any]] = {}
         self.history: list[dict[str, dict[str, Any]]] = []
         self.start = 0  # the first step to train (a resumed run's checkpoint step)
-        self.watch: Any = None
-        self.prog: Any = None
+        self.watch: Any = None  # the collapse watch (restore)
+        self.prog: Any = None  # the progress display (build)
+        self.profile: Any = None  # the profile instance (__enter__)
+        self.agents: list[Any] = []  # build: Agents, or Ray actors (run.backend=ray)
 
     # ------------------------------------------------------------------ the record
     def write(self, **changes: Any) -> None:
