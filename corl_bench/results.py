@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from corl_bench.record import RunRecord
+
 TRACKED_PACKAGES = ("corl-bench", "torch", "transformers", "tokenizers", "math-verify", "numpy", "rich", "typer",
                     "pyyaml", "lm-eval", "datasets")
 
@@ -275,8 +277,18 @@ class RunDir:
         return self.info_path.is_file()
 
     def info(self) -> dict[str, Any]:
-        """run.json as a dict (``json.JSONDecodeError`` / ``ValueError`` when it is not a JSON object)."""
+        """run.json as a raw dict (``json.JSONDecodeError`` / ``ValueError`` when it is not a JSON object); readers
+        use :meth:`record`."""
         return read_json(self.info_path)
+
+    def record(self) -> RunRecord:
+        """run.json as a :class:`~corl_bench.record.RunRecord` (raises as :meth:`info` when the file is missing,
+        not JSON or not an object; a wrong or missing field is tolerated, see :mod:`corl_bench.record`)."""
+        return RunRecord.from_dict(self.info())
+
+    def write_record(self, record: RunRecord) -> None:
+        """Write run.json (atomically): the one place a run record is written."""
+        write_json(self.info_path, record.to_dict())
 
     def env(self) -> dict[str, Any]:
         return read_json(self.env_path)
@@ -294,9 +306,7 @@ class RunDir:
 
     def agents(self) -> list[dict[str, Any]]:
         """run.json's ``agents`` (name, family, view) in cohort order; entries without a name are left out."""
-        agents = self.info().get("agents")
-        return [a for a in agents if isinstance(a, dict) and isinstance(a.get("name"), str)] \
-            if isinstance(agents, list) else []
+        return [a.to_dict() for a in self.record().agents or ()]
 
     def metrics(self, *, error: type[Exception] = ValueError, complete_only: bool = False) -> list[dict[str, Any]]:
         """The per-step rows of metrics.jsonl (event rows such as a collapse alarm are left out: :meth:`events`);

@@ -58,7 +58,7 @@ def main() -> int:
         cold = timed_run(cli, cache, out, args.extra, args.method, args.cohort)
         warm = [timed_run(cli, cache, out, args.extra, args.method, args.cohort) for _ in range(args.warm)]
         runs = sorted(out.iterdir())
-        phases = [RunDir(r).info()["timings"] for r in runs]
+        phases = [dict(RunDir(r).record().timings or {}) for r in runs]
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             for r in runs:

@@ -57,15 +57,15 @@ def check(run_dirs: list[Path], overrides: list[str]) -> list[dict[str, Any]]:
     rows = []
     for path in run_dirs:
         rd = RunDir(path)
-        info = rd.info()
+        record = rd.record()
         metrics = rd.metrics()
         steps = sorted({r["step"] for r in metrics})
         by_step = [{r["agent"]: r for r in metrics if r["step"] == s} for s in steps]
         fired = {a.agent: a for a in CollapseMonitor(cfg.monitor).replay(by_step)}
         logged = {e["agent"]: e["step"] for e in rd.events()}
         results = {r.agent: r for r in collect_results(path.parent, selected=False).results
-                   if r.run_id == info["run_id"]}
-        for agent in (a["name"] for a in info["agents"]):
+                   if r.run_id == record.run_id}
+        for agent in record.agent_names:
             res = results.get(agent)
             bench = next(iter(res.final)) if res else None
             b = res.base.get(bench) if res else None
@@ -82,7 +82,7 @@ def check(run_dirs: list[Path], overrides: list[str]) -> list[dict[str, Any]]:
             verdict = {("collapsed", True): "hit", ("collapsed", False): "miss", ("ok", True): "false alarm",
                        ("ok", False): "correct silence", ("degraded", True): "alarm (degraded)",
                        ("degraded", False): "silent (degraded)"}.get((truth, alarm is not None), "?")
-            rows.append({"run": info["run_id"], "method": info["method"], "cohort": info["cohort"], "agent": agent,
+            rows.append({"run": record.run_id, "method": record.method, "cohort": record.cohort, "agent": agent,
                          "base": base, "final": final, "base_greedy": base_g, "final_greedy": final_g,
                          "truth": truth, "truth_peak": peak, "truth_half": fall,
                          "alarm_step": alarm.step if alarm else None,

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Are two sets of runs bit-identical? Metrics (timing fields dropped), sample logs, predictions and final weights.
+"""Are two sets of runs bit-identical? Metrics (timing fields dropped), sample logs, predictions, final weights and
+run records (run.json without its times, durations and run id).
 
     python scripts/compare_runs.py results/before results/after     # pairs runs by directory name
     python scripts/compare_runs.py RUN_A RUN_B                      # two run directories
@@ -24,6 +25,15 @@ def _runs(root: Path) -> dict[str, Path]:
     return {rd.name: rd.path for rd in find_runs(root)}
 
 
+def record_diff(a: Path, b: Path) -> list[str]:
+    """``run.json (key, ...)`` naming the run record fields that differ (times, durations and run id aside)."""
+    from corl_bench.results import RunDir
+
+    ra, rb = RunDir(a).record().comparable(), RunDir(b).record().comparable()
+    keys = [k for k in dict.fromkeys([*ra, *rb]) if ra.get(k) != rb.get(k)]
+    return [f"run.json ({', '.join(keys)})"] if keys else []
+
+
 def main() -> int:
     from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
 
@@ -43,11 +53,11 @@ def main() -> int:
             print(f"MISSING  {(a or b).name}: only in {args.a if b is None else args.b}")
             bad += 1
             continue
-        diff = fingerprint_diff(run_fingerprint(a), run_fingerprint(b))
+        diff = fingerprint_diff(run_fingerprint(a), run_fingerprint(b)) + record_diff(a, b)
         print(f"{'DIFFER ' if diff else 'SAME   '}  {a.name}" + (f": {', '.join(diff)}" if diff else ""))
         bad += bool(diff)
     print(f"{len(pairs) - bad} of {len(pairs)} runs bit-identical (metrics without timings, samples, predictions, "
-          "final weights)")
+          "final weights, run.json without times)")
     return 1 if bad else 0
 
 

@@ -106,7 +106,7 @@ def main() -> int:
         finished_before_kill = proc.poll() == 0
         kill(proc)
         kills, resumes = (0 if finished_before_kill else 1), 0
-        while RunDir(run_dir).info().get("status") != "finished" if RunDir(run_dir).is_run() else True:
+        while not RunDir(run_dir).record().finished if RunDir(run_dir).is_run() else True:
             resumes += 1
             if RunDir(run_dir).config_path.is_file():
                 resume_args = ["--resume", str(run_dir)]

@@ -31,9 +31,9 @@ def finished_runs(out: Path) -> dict[tuple[str, str], Path]:
 
     runs = {}
     for run in find_runs(out / "runs"):
-        info = run.info()
-        if info.get("status") == "finished":
-            runs[(info["method"], info["cohort"])] = run.path
+        record = run.record()
+        if record.finished:
+            runs[(record.method, record.cohort)] = run.path
     return runs
 
 
@@ -42,13 +42,13 @@ def summarise(run_dir: Path) -> list[dict]:
     from corl_bench.results import RunDir
 
     run = RunDir(run_dir)
-    info = run.info()
+    record = run.record()
     rows = run.metrics()
     steps = max(r["step"] for r in rows) + 1
     tail = [r for r in rows if r["step"] >= steps * (1 - LAST_FRACTION)]
     table_rows, _ = collect(run_dir.parent.parent)
     out = []
-    for tr in (t for t in table_rows if info["run_id"] in t.run_ids):
+    for tr in (t for t in table_rows if record.run_id in t.run_ids):
         mine = [r for r in tail if r["agent"] == tr.agent]
 
         def last(key: str) -> float | None:
@@ -56,11 +56,11 @@ def summarise(run_dir: Path) -> list[dict]:
             return sum(vals) / len(vals) if vals else None
 
         base, final = tr.base.get("micro-test", {}), tr.scores.get("micro-test", {})
-        out.append({"method": info["method"], "cohort": info["cohort"], "agent": tr.agent, "family": tr.family,
+        out.append({"method": record.method, "cohort": record.cohort, "agent": tr.agent, "family": tr.family,
                     **{f"{m}_base": base.get(m) for m in ("greedy", "avg_k", "maj_k")},
                     **{f"{m}_final": final.get(m) for m in ("greedy", "avg_k", "maj_k")},
                     "label_acc": last("label/accuracy"), "reward_acc": last("reward/accuracy"),
-                    "entropy": last("policy/entropy"), "wall_s": info.get("wall_seconds")})
+                    "entropy": last("policy/entropy"), "wall_s": record.wall_seconds})
     return out
 
 

@@ -42,7 +42,7 @@ def _runs(runs_dir: Path, prefix: str) -> dict[int, Path]:
     out = {}
     for d in sorted(runs_dir.glob(f"{prefix}-s*")):
         tail, run = d.name[len(prefix) + 2:], RunDir(d)
-        if tail.isdigit() and run.is_run() and run.info().get("status") == "finished":
+        if tail.isdigit() and run.is_run() and run.record().finished:
             out[int(tail)] = d
     return out
 
@@ -106,10 +106,10 @@ def walltime(runs_dir: Path) -> tuple[str, float]:
 
     per_cell: dict[str, list[float]] = {}
     for run in find_runs(runs_dir):
-        info = run.info()
-        if info.get("status") == "finished":
+        record = run.record()
+        if record.finished:
             cell = run.name.rsplit("-s", 1)[0]
-            per_cell.setdefault(cell, []).append(float(info.get("wall_seconds") or 0.0))
+            per_cell.setdefault(cell, []).append(float(record.wall_seconds or 0.0))
     total = sum(sum(v) for v in per_cell.values())
     lines = ["| cell | runs | wall s per run (mean) | total s |", "|---|---:|---:|---:|"]
     lines += [f"| {c} | {len(v)} | {statistics.fmean(v):.0f} | {sum(v):.0f} |" for c, v in per_cell.items()]

@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from corl_bench.config import ConfigError, MonitorConfig, load_config
+from corl_bench.record import RunRecord
 from corl_bench.results import RunDir, append_jsonl, is_event
 from corl_bench.train.monitor import (EVENT_NAME, Alarm, CollapseMonitor, CollapseWatch, check_collapse,
                                       describe_rule, symptoms)
@@ -244,14 +245,13 @@ def _cfg(*overrides: str):
 
 def test_the_watch_writes_one_event_row_records_it_in_run_json_and_says_it(tmp_path):
     rd = RunDir(tmp_path)
-    info: dict = {"steps": 40}
-    watch = CollapseWatch(_cfg(), rd.metrics_path, info)
-    assert info["collapse_alarms"] == []
+    watch = CollapseWatch(_cfg(), rd.metrics_path)
+    assert watch.changes() == {"collapse_alarms": ()}
     said: list[str] = []
     bad = series([0.55] * 10 + ramp(30, 0.55, 0.98), [0.1] * 10 + ramp(30, 0.1, 0.02), [21.0] * 40)
     stops = [watch.observe(s, {"a0-qwen2-bpe": r}, say=said.append) for s, r in enumerate(bad)]
     assert not any(stops) and not watch.stopped  # stop_on_collapse is off by default
-    assert len(rd.events()) == 1 and len(info["collapse_alarms"]) == 1
+    assert len(rd.events()) == 1 and len(watch.changes()["collapse_alarms"]) == 1
     assert said and said[0].startswith("collapse alarm: a0-qwen2-bpe at step") and "collapse, consensus" in said[0]
     assert watch.status() == "  ALARM a0"
     assert watch.alarm_steps() == {"a0-qwen2-bpe": rd.events()[0]["step"]}
@@ -259,23 +259,22 @@ def test_the_watch_writes_one_event_row_records_it_in_run_json_and_says_it(tmp_p
 
 def test_stop_on_collapse_stops_at_the_alarm_and_a_replay_of_that_history_stays_stopped(tmp_path):
     rd = RunDir(tmp_path)
-    info: dict = {"steps": 40}
     cfg = _cfg("run.stop_on_collapse=true")
-    watch = CollapseWatch(cfg, rd.metrics_path, info)
+    watch = CollapseWatch(cfg, rd.metrics_path)
     bad = series([0.55] * 10 + ramp(30, 0.55, 0.98), [0.1] * 10 + ramp(30, 0.1, 0.02), [21.0] * 40)
     history = []
     for s, r in enumerate(bad):
         history.append({"a0": r})
         if watch.observe(s, {"a0": r}):
             break
+    info = watch.changes()
     assert watch.stopped and info["stopped"] == "collapse" and info["stopped_after_step"] == s + 1
-    resumed_info: dict = {"steps": 40}
-    again = CollapseWatch(cfg, rd.metrics_path, resumed_info)
+    again = CollapseWatch(cfg, rd.metrics_path)
     again.replay(history)
-    assert again.stopped and resumed_info["stopped_after_step"] == s + 1
+    assert again.stopped and again.changes()["stopped_after_step"] == s + 1
     assert len(rd.events()) == 1  # a replay writes nothing
-    off = CollapseWatch(_cfg("monitor.collapse_alarm=false"), rd.metrics_path, {})
-    assert not off.observe(0, {"a0": bad[0]}) and off.status() == ""
+    off = CollapseWatch(_cfg("monitor.collapse_alarm=false"), rd.metrics_path)
+    assert not off.observe(0, {"a0": bad[0]}) and off.status() == "" and off.changes() == {}
 
 
 # ------------------------------------------------------------------------------------------ display
@@ -287,13 +286,13 @@ def test_the_summary_states_the_alarm_the_stop_and_the_checkpoint():
     info = {"method": "ttrl", "cohort": "single", "seed": 0, "run_id": "r", "steps": 50, "timings": {},
             "collapse_alarms": [alarm], "stopped": "collapse", "stopped_after_step": 24}
     out = io.StringIO()
-    summary_table(Console(file=out, width=80, force_terminal=False), info, {}, [])
+    summary_table(Console(file=out, width=80, force_terminal=False), RunRecord.from_dict(info), {}, [])
     text = out.getvalue()
     assert "collapse alarm: a0-qwen2-bpe at step 23: collapse, consensus + entropy (diversity 0.45 -> 0.04)" in text
     assert "stopped early after 24 of 50 steps on the collapse alarm" in text
-    assert run_notes({"collapse_alarms": []})[0].startswith("collapse alarm: silent")
-    assert run_notes({})[0].startswith("collapse alarm: off")
-    assert run_notes({"collapse_alarms": []})[-1] == "checkpoint: final"
+    assert run_notes(RunRecord(collapse_alarms=()))[0].startswith("collapse alarm: silent")
+    assert run_notes(RunRecord())[0].startswith("collapse alarm: off")
+    assert run_notes(RunRecord(collapse_alarms=()))[-1] == "checkpoint: final"
 
 
 @pytest.mark.parametrize("terminal", [False, True])

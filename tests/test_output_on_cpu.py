@@ -22,6 +22,7 @@ from rich.console import Console
 
 from corl_bench import registries
 from corl_bench.eval.metrics import BenchmarkScores
+from corl_bench.record import RunRecord
 from corl_bench.train.progress import RunProgress, summary_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,7 +144,7 @@ def test_summary_off_a_terminal_has_no_heavy_rules_and_whole_names_at_40_columns
     agent = "a0-qwen2-bpe-with-a-long-name"
     info = {"method": "corl", "cohort": "cross-family", "seed": 0, "run_id": "corl-cross-family-s0-x",
             "wall_seconds": 3.0, "timings": {"train": 2.0}}
-    summary_table(Console(file=out, width=40, force_terminal=False), info,
+    summary_table(Console(file=out, width=40, force_terminal=False), RunRecord.from_dict(info),
                   {"base": {agent: {"livecodebench_v6": scores}}, "final": {agent: {"livecodebench_v6": scores}}}, [])
     text = out.getvalue()
     assert _whole(agent, text) and _whole("livecodebench_v6", text) and "50.0 → 50.0" in text

@@ -7,6 +7,7 @@ import io
 from rich.console import Console
 
 from corl_bench.eval.metrics import BenchmarkScores
+from corl_bench.record import RunRecord
 from corl_bench.train.progress import RunProgress, summary_table
 
 
@@ -18,7 +19,7 @@ def test_summary_shows_base_to_final_scores_in_percent_and_rewards_in_their_own_
     info = {"method": "rent", "cohort": "single", "seed": 0, "run_id": "r", "wall_seconds": 3.0,
             "timings": {"train": 2.0, "eval_final": 1.0}}
     history = [{"a0-qwen2-bpe": {"reward/mean": -0.11, "label/accuracy": None, "peer/agreement": None}}]
-    summary_table(console, info, {"base": {"a0-qwen2-bpe": {"micro-test": base}},
+    summary_table(console, RunRecord.from_dict(info), {"base": {"a0-qwen2-bpe": {"micro-test": base}},
                                   "final": {"a0-qwen2-bpe": {"micro-test": final}}}, history)
     text = out.getvalue()
     assert "a0-qwen2-bpe" in text  # printed at full width, never cut to "…"

@@ -124,7 +124,7 @@ def test_plot_run_writes_png_with_intermediate_phase(results: Path, tmp_path: Pa
     assert 1000 <= width <= 2500 and 400 <= height <= 1500
     assert 10_000 < len(data) < 1_000_000
     assert messages == []  # corl logs every panel's metric
-    points = plots.eval_points(plots.read_run(run_dir))
+    points = plots.eval_points(run_dir, plots.read_run(run_dir))
     per_agent = points["micro-test"]
     assert set(per_agent) == {"a0-qwen2-bpe", "a1-llama-bpe"}
     assert [x for x, _ in per_agent["a0-qwen2-bpe"]] == [0, 4, 8]  # base, step-000004, final (= steps)

@@ -293,7 +293,7 @@ def test_a_run_written_before_a_config_field_existed_still_resumes(tmp_path):
     (run_dir / "config.yaml").write_text(yaml.safe_dump(old))
     (run_dir / "run.json").write_text('{"status": "running"}')
     assert config_diff(stored_config(run_dir), cfg.to_dict()) == []
-    assert check_resumable(run_dir, cfg)["status"] == "running"
+    assert check_resumable(run_dir, cfg).status == "running"
     changed = load_config(None, ["run.steps=3", "eval.every=5"])
     with pytest.raises(Exception, match="eval.every"):
         check_resumable(run_dir, changed)
@@ -319,6 +319,6 @@ def test_a_run_started_before_cohorts_named_their_paper_row_still_resumes(tmp_pa
     (run_dir / "config.yaml").write_text(yaml.safe_dump(old))
     (run_dir / "run.json").write_text(json.dumps({"status": "running", "cohort": "cross-family"}))
     assert find_interrupted(tmp_path, cfg) == run_dir
-    assert "paper_row" not in check_resumable(run_dir, cfg)
+    assert check_resumable(run_dir, cfg).paper_row is None
     with pytest.raises(Exception, match="run.steps"):  # a field that trains differently still refuses
         check_resumable(run_dir, cfg.replace(run=dataclasses.replace(cfg.run, steps=4)))

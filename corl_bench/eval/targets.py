@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 from corl_bench.eval.specs import BenchmarkSpec, Decoding, get_spec
 from corl_bench.config import ConfigError
+from corl_bench.record import AgentEntry, RunRecord
 from corl_bench.results import RunDir, atomic_write_text, environment_record, now_iso, write_json
 
 log = logging.getLogger(__name__)
@@ -45,16 +46,16 @@ def run_target(target: str) -> tuple[Path, str | None] | None:
     return None
 
 
-def select_agents(run: Path, info: dict[str, Any], agent: str | None) -> list[dict[str, Any]]:
+def select_agents(run: Path, record: RunRecord, agent: str | None) -> list[AgentEntry]:
     """The run's agents, or the one named ``agent`` (an agent name, or a family only one agent has)."""
-    agents = list(info.get("agents", []))
+    agents = list(record.agents or ())
     if agent is None:
         return agents
-    exact = [a for a in agents if a.get("name") == agent]
-    by_family = [a for a in agents if a.get("family") == agent]
+    exact = [a for a in agents if a.name == agent]
+    by_family = [a for a in agents if a.family == agent]
     if exact or len(by_family) == 1:
         return exact or by_family
-    names = ", ".join(str(a.get("name")) for a in agents)
+    names = ", ".join(a.name for a in agents)
     if by_family:
         raise ConfigError(f"{run}: {len(by_family)} agents have family {agent} ({names}); name one: {run}:<agent>")
     raise ConfigError(f"{run} has no agent {agent!r}; its agents: {names}")
@@ -67,12 +68,12 @@ def targets(target: str, phase: str, out: Path | None) -> list[tuple[str, str, P
     if run is not None:
         path, rd = run[0], RunDir(run[0])
         found = []
-        for agent in select_agents(path, rd.info(), run[1]):
-            ref = (str(rd.final_checkpoint(agent["name"])) if phase == "final" else agent["family"])
+        for agent in select_agents(path, rd.record(), run[1]):
+            ref = str(rd.final_checkpoint(agent.name)) if phase == "final" else str(agent.family)
             if phase == "final" and not Path(ref).is_dir():
-                raise ConfigError(f"{path}: agent {agent['name']} has no final checkpoint ({ref}); was the run "
+                raise ConfigError(f"{path}: agent {agent.name} has no final checkpoint ({ref}); was the run "
                                   "finished with run.save_checkpoints?")
-            found.append((agent["name"], ref, rd.eval_dir(phase, agent["name"])))
+            found.append((agent.name, ref, rd.eval_dir(phase, agent.name)))
         return found
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.name if path.exists() else target).strip("-") or "model"
     root = out or Path("results") / "evals" / name
@@ -85,9 +86,9 @@ def _write_base_run(root: Path, name: str, ref: str, seed: int) -> None:
     if info_path.is_file():
         return
     write_json(root / "env.json", environment_record(seed))
-    write_json(info_path, {"run_id": root.name, "method": "base", "cohort": "eval", "profile": "pretrained",
-                           "seed": seed, "status": "finished", "started_at": now_iso(), "model": ref,
-                           "agents": [{"name": name, "family": ref}], "phases": ["final"]})
+    RunDir(root).write_record(RunRecord(run_id=root.name, method="base", cohort="eval", profile="pretrained",
+                                        seed=seed, status="finished", started_at=now_iso(), model=ref,
+                                        agents=(AgentEntry(name, ref),), phases=("final",)))
 
 
 def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: str, engine: str, *,

@@ -3,14 +3,15 @@
 Public API (no torch or transformers; layout, render and table build on it, nothing here imports them):
 
 * :func:`collect_results` ``(results_dir) -> Collected`` - one :class:`AgentResult` per (run, agent) and one
-  :class:`RunInfo` per run (eval decoding, steps, benchmark versions), plus one-line warnings (damaged runs are
-  skipped and named there).
+  :class:`RunProtocol` per run (its run record, eval decoding, steps, benchmark versions), plus one-line warnings
+  (damaged runs are skipped and named there).
 * :func:`collect` ``(results_dir) -> (list[Row], list[str])`` - the same aggregated over seeds: one :class:`Row`
   per (method, cohort, tag, agent); :func:`aggregate` does it on an already-read :class:`Collected`.
 * :func:`check_metrics`, :data:`METRIC_LABELS`, :func:`natural_key`, :func:`rel_path`, :func:`row_grader_for`.
 
-Run directories are read through :class:`corl_bench.results.RunDir` (``run.json``: method, cohort, paper_row, seed,
-tag, status, agents, steps, ...; ``config.yaml``; predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``). Every
+Run directories are read through :class:`corl_bench.results.RunDir` (``run.json`` as a
+:class:`corl_bench.record.RunRecord`: method, cohort, paper_row, seed, tag, status, agents, steps, ...;
+``config.yaml``; predictions at ``eval/<phase>/<agent name>/<benchmark>.jsonl``). Every
 predictions file is regraded with :func:`corl_bench.eval.metrics.score_predictions` (stored ``correct`` fields are
 not trusted). A :class:`Row` holds the mean over seeds and the sample standard deviation (n-1) where there are two
 or more.
@@ -29,13 +30,14 @@ from typing import Any, Optional, Sequence
 
 from corl_bench.config import PAPER_ROWS
 from corl_bench.eval.metrics import METRICS, BenchmarkScores, score_predictions
+from corl_bench.record import RunRecord
 from corl_bench.results import CONFIG, RunDir, read_jsonl
 from corl_bench.results import find_runs as find_run_dirs
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_METRICS", "FORMATS", "METRIC_LABELS", "TABLE_METRICS", "AgentResult", "Collected", "DamagedRun",
-           "Row", "RunInfo", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "natural_key",
+           "Row", "RunProtocol", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "natural_key",
            "pool_scores", "rel_path", "row_grader_for"]
 
 Scores = dict[str, dict[str, Optional[float]]]  # benchmark -> metric -> value (fraction in [0, 1])
@@ -135,20 +137,22 @@ class AgentResult:
 
 
 @dataclass(frozen=True)
-class RunInfo:
-    """What a run says about its protocol (for the table footer)."""
+class RunProtocol:
+    """What a run says about its protocol (for the table footer): its run record and what the footer derives from
+    its files."""
 
-    run_id: str
+    record: RunRecord  # run.json
     rel: str
-    method: str
-    cohort: str
-    tag: str
-    seed: int
     steps: Optional[int]  # run.json "steps" (else config run.steps); None if unknown
     decoding: Optional[tuple[tuple[str, Any], ...]]  # config.yaml eval: (key, value) for DECODING_KEYS; None if unread
     versions: tuple[tuple[str, str], ...]  # (benchmark, benchmark_version) pairs seen in its predictions
     selection: Optional[tuple[str, str]] = None  # (eval.select rule, its benchmark) when a phase was selected
-    stopped_after: Optional[int] = None  # steps trained when run.stop_on_collapse ended the run early
+    run_id: str = ""  # run.json "run_id", else the directory name
+
+    @property
+    def stopped_after(self) -> Optional[int]:
+        """Steps trained when run.stop_on_collapse ended the run early; None when it ran to the end."""
+        return self.record.stopped_after_step if self.record.stopped == "collapse" else None
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,7 @@ class Collected:
     """Everything :func:`collect_results` read: per-agent results, per-run protocol info, warnings."""
 
     results: tuple[AgentResult, ...]
-    runs: tuple[RunInfo, ...]
+    runs: tuple[RunProtocol, ...]
     warnings: tuple[str, ...]
 
 
@@ -212,13 +216,12 @@ def _load_phase(run: RunDir, phase: str, agent: str, rel: str, warnings: list[st
     return out
 
 
-def _field(meta: Mapping[str, Any], key: str, kind: type) -> Any:
-    value = meta.get(key)
-    if value is None:
-        raise DamagedRun(f"run.json has no {key!r}")
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise DamagedRun(f"run.json field {key!r} should be {kind.__name__} (got {value!r})")
-    return value
+def _required(record: RunRecord, key: str) -> Any:
+    """A field the table cannot do without; DamagedRun naming it when it is missing or of the wrong type."""
+    problem = record.problem(key)
+    if problem is not None:
+        raise DamagedRun(f"run.json {problem}")
+    return getattr(record, key)
 
 
 def _read_config(run: RunDir, rel: str, warnings: list[str]) -> Optional[Mapping[str, Any]]:
@@ -262,27 +265,26 @@ def _manifest_decoding(run: RunDir) -> Optional[tuple[tuple[str, Any], ...]]:
     return tuple(out)
 
 
-def _run_info(run: RunDir, rel: str, meta: Mapping[str, Any], versions: dict[str, set[str]],
-              warnings: list[str]) -> RunInfo:
+def _protocol(run: RunDir, rel: str, record: RunRecord, versions: dict[str, set[str]],
+              warnings: list[str]) -> RunProtocol:
     manifest_decoding = None if run.config_path.exists() else _manifest_decoding(run)
     cfg = _read_config(run, rel, [] if manifest_decoding else warnings)
     ev = cfg.get("eval") if cfg else None
     decoding = (tuple((k, ev[k]) for k in DECODING_KEYS if k in ev) if isinstance(ev, Mapping) else
                 manifest_decoding)
-    steps = meta.get("steps")
-    if not isinstance(steps, int) or isinstance(steps, bool):
+    steps = record.steps
+    if steps is None:
         run_cfg = cfg.get("run") if cfg else None
         steps = run_cfg.get("steps") if isinstance(run_cfg, Mapping) else None
         steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
-    return RunInfo(str(meta.get("run_id") or run.name), rel, meta["method"], meta["cohort"],
-                   str(meta.get("tag") or ""), meta["seed"], steps, decoding,
-                   tuple((b, v) for b in sorted(versions) for v in sorted(versions[b])))
+    seen = tuple((b, v) for b in sorted(versions) for v in sorted(versions[b]))
+    return RunProtocol(record, rel, steps, decoding, seen, run_id=record.run_id or run.name)
 
 
-def selected_phases(meta: Mapping[str, Any]) -> tuple[Optional[tuple[str, str]], dict[str, str]]:
-    """(rule, benchmark) and agent -> phase of run.json's ``selection`` (eval.select); (None, {}) when the run
+def selected_phases(record: RunRecord) -> tuple[Optional[tuple[str, str]], dict[str, str]]:
+    """(rule, benchmark) and agent -> phase of the run record's ``selection`` (eval.select); (None, {}) when the run
     reports its final checkpoint or the record is unreadable."""
-    sel = meta.get("selection")
+    sel = record.selection
     if not isinstance(sel, Mapping) or not isinstance(sel.get("rule"), str) or sel.get("rule") == "final":
         return None, {}
     agents = sel.get("agents") if isinstance(sel.get("agents"), Mapping) else {}
@@ -292,39 +294,38 @@ def selected_phases(meta: Mapping[str, Any]) -> tuple[Optional[tuple[str, str]],
 
 
 def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
-              selected: bool = True) -> tuple[list[AgentResult], Optional[RunInfo], list[str]]:
-    """Scores of every agent of one run, its RunInfo (None if it has no results) and warnings; raises DamagedRun.
+              selected: bool = True) -> tuple[list[AgentResult], Optional[RunProtocol], list[str]]:
+    """Scores of every agent of one run, its RunProtocol (None if it has no results) and warnings; raises DamagedRun.
 
     ``phase`` "final" with ``selected``: each agent's phase that run.json's ``selection`` names (eval.select)."""
     try:
-        meta = run.info()
+        record = run.record()
     except json.JSONDecodeError as exc:
         raise DamagedRun("run.json is not valid JSON") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise DamagedRun(f"cannot read run.json ({exc})") from exc
     except ValueError as exc:
         raise DamagedRun("run.json is not a JSON object") from exc
-    method, cohort = _field(meta, "method", str), _field(meta, "cohort", str)
-    seed, status = _field(meta, "seed", int), _field(meta, "status", str)
-    agents = _field(meta, "agents", list)
-    if not agents or not all(isinstance(a, dict) and isinstance(a.get("name"), str) and a["name"]
-                             for a in agents):
+    method, cohort = _required(record, "method"), _required(record, "cohort")
+    seed, status = _required(record, "seed"), _required(record, "status")
+    if isinstance(record.invalid.get("agents"), list) or record.agents == ():
         raise DamagedRun("run.json 'agents' must be a non-empty list of objects with a 'name'")
-    tag = meta.get("tag") or ""
-    if not isinstance(tag, str):
-        raise DamagedRun(f"run.json field 'tag' should be str (got {tag!r})")
-    run_id, profile = str(meta.get("run_id") or run.name), str(meta.get("profile", ""))
+    agents = _required(record, "agents")  # missing, or not a list
+    if "tag" in record.invalid:
+        raise DamagedRun(f"run.json field 'tag' should be str (got {record.invalid['tag']!r})")
+    tag = record.tag or ""
+    run_id, profile = record.run_id or run.name, record.profile or ""
     warnings: list[str] = []
-    paper_row = meta.get("paper_row") or ""
+    paper_row = record.paper_row or ""
     if paper_row not in ("", *PAPER_ROWS):
         warnings.append(f"{rel}: run.json paper_row {paper_row!r} is not one of {', '.join(PAPER_ROWS)}; labelled by "
                         f"its cohort {cohort!r}")
         paper_row = ""
     versions: dict[str, set[str]] = {}
     results, missing = [], []
-    selection, chosen = selected_phases(meta) if selected and phase == "final" else (None, {})
+    selection, chosen = selected_phases(record) if selected and phase == "final" else (None, {})
     for index, agent in enumerate(agents):
-        name = agent["name"]
+        name = agent.name
         use = chosen.get(name, phase)
         if use != phase and not run.benchmarks(use, name):
             warnings.append(f"{rel}: {name}'s selected phase {use} has no predictions; showing {phase}")
@@ -334,7 +335,7 @@ def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
         if not final:
             missing.append(name)
             continue
-        results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, str(agent.get("family", "")),
+        results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, agent.family or "",
                                    seed, profile, final, base, use, paper_row))
     if not results:
         suffix = "" if status == "finished" else f" (status {status!r})"
@@ -345,11 +346,7 @@ def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
         warnings.append(f"{rel} has status {status!r}; showing its {phase} predictions as they are")
     if not any(r.base for r in results):
         warnings.append(f"{rel} has no predictions for phase {base_phase}; Δ base left empty")
-    info = _run_info(run, rel, meta, versions, warnings)
-    stopped = meta.get("stopped_after_step") if meta.get("stopped") == "collapse" else None
-    info = replace(info, selection=selection,
-                   stopped_after=stopped if isinstance(stopped, int) and not isinstance(stopped, bool) else None)
-    return results, info, warnings
+    return results, replace(_protocol(run, rel, record, versions, warnings), selection=selection), warnings
 
 
 def natural_key(text: str) -> list[Any]:
@@ -366,7 +363,7 @@ def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str 
     results_dir = Path(results_dir)
     warnings: list[str] = []
     results: list[AgentResult] = []
-    runs: list[RunInfo] = []
+    runs: list[RunProtocol] = []
     for run in find_run_dirs(results_dir):
         rel = rel_path(run.path, results_dir)
         try:

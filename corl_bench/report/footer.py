@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from corl_bench.report import methods as method_views
 from corl_bench.report.cells import BASE_LABEL, Block
-from corl_bench.report.collect import METRIC_LABELS, RunInfo
+from corl_bench.report.collect import METRIC_LABELS, RunProtocol
 from corl_bench.report.methods import UNKNOWN
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def selection_text(rule: str, benchmark: str) -> str:
     return f"selected by {rule} on {benchmark}"
 
 
-def _checkpoint_lines(runs: Sequence[RunInfo], warnings: list[str]) -> list[str]:
+def _checkpoint_lines(runs: Sequence[RunProtocol], warnings: list[str]) -> list[str]:
     """The footer's checkpoint rule: final (steps, mixed or not), or each eval.select rule and its runs; runs that
     stopped early on the collapse alarm are named."""
     lines = []
@@ -124,7 +124,7 @@ def _checkpoint_lines(runs: Sequence[RunInfo], warnings: list[str]) -> list[str]
     return lines
 
 
-def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[Block], runs: Sequence[RunInfo],
+def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[Block], runs: Sequence[RunProtocol],
             warnings: list[str]) -> list[str]:
     first = METRIC_LABELS[metrics[0]]
     names = ", ".join(METRIC_LABELS[m] for m in metrics)

@@ -125,10 +125,10 @@ def _samples_html(run_dir: Path, agents: Sequence[str], n: int) -> str:
 
 def _run_section(run_dir: Path, rel: str, n_samples: int, warnings: list[str]) -> tuple[tuple, str]:
     """(sort key, <details> HTML) of one run; problems go to ``warnings``."""
-    from corl_bench.report.plots import RunPlotError, read_run, run_png
+    from corl_bench.report.plots import RunPlotError, read_run, run_png, run_title
 
     try:
-        info = read_run(run_dir)
+        record = read_run(run_dir)
     except RunPlotError as exc:
         warnings.append(f"{rel}: {exc}")
         return ("~", "", "", -1, rel), (f"<details><summary>{_e(rel)} <span class='meta'>damaged</span></summary>"
@@ -142,14 +142,15 @@ def _run_section(run_dir: Path, rel: str, n_samples: int, warnings: list[str]) -
         warnings.append(f"{rel}: no training-dynamics figure ({type(exc).__name__}: {exc})")
     warnings.extend(f"{rel}: {w}" for w in plot_warnings)
     try:
-        samples = _samples_html(run_dir, info.agents, n_samples)
+        samples = _samples_html(run_dir, record.agent_names, n_samples)
     except (OSError, ValueError) as exc:
         samples = f"<p class='note'>samples unreadable: {_e(exc)}</p>"
         warnings.append(f"{rel}: samples.jsonl unreadable ({exc})")
-    meta = f"{len(info.agents)} agent(s) · {info.steps if info.steps is not None else '?'} steps · {info.status}"
-    html_ = (f"<details><summary>{_e(info.title)} <span class='meta'>— {_e(rel)} · {_e(meta)}</span></summary>\n"
+    steps = record.steps if record.steps is not None else "?"
+    meta = f"{len(record.agent_names)} agent(s) · {steps} steps · {record.status or 'unknown'}"
+    html_ = (f"<details><summary>{_e(run_title(record))} <span class='meta'>— {_e(rel)} · {_e(meta)}</span></summary>\n"
              f"{figure}\n{samples}\n</details>")
-    return (info.method, info.cohort, info.tag, info.seed if info.seed is not None else -1, rel), html_
+    return (record.method, record.cohort, record.tag or "", record.seed if record.seed is not None else -1, rel), html_
 
 
 def _version() -> str:

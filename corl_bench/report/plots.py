@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from corl_bench.record import RunRecord
 from corl_bench.results import RunDir, atomic_write_bytes, phase_step, read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "EVAL_METRICS",
     "TRAIN_PANELS",
-    "RunInfo",
     "RunPlotError",
     "eval_points",
     "gains_png",
@@ -40,6 +40,7 @@ __all__ = [
     "plot_gains",
     "plot_run",
     "read_run",
+    "run_title",
     "run_png",
     "score_file",
 ]
@@ -80,52 +81,32 @@ MAX_EVAL_PANELS = 3  # more benchmarks than this: one panel with their mean
 DPI = 90
 
 
-@dataclass(frozen=True)
-class RunInfo:
-    """What a plot needs from run.json."""
-
-    run_dir: Path
-    method: str
-    cohort: str
-    seed: int | None
-    tag: str
-    status: str
-    steps: int | None
-    agents: tuple[str, ...]
-
-    @property
-    def title(self) -> str:
-        """``method × cohort · seed N · tag T`` (status appended unless finished)."""
-        parts = [f"{self.method} × {self.cohort}", f"seed {self.seed if self.seed is not None else '?'}"]
-        if self.tag:
-            parts.append(f"tag {self.tag}")
-        if self.status != "finished":
-            parts.append(f"status {self.status}")
-        return " · ".join(parts)
+def run_title(record: RunRecord) -> str:
+    """``method × cohort · seed N · tag T`` of a run record (status appended unless finished)."""
+    parts = [f"{record.method} × {record.cohort}", f"seed {record.seed if record.seed is not None else '?'}"]
+    if record.tag:
+        parts.append(f"tag {record.tag}")
+    if record.status != "finished":
+        parts.append(f"status {record.status or 'unknown'}")
+    return " · ".join(parts)
 
 
-def read_run(run_dir: str | Path) -> RunInfo:
-    """Parse ``run_dir/run.json``; RunPlotError if it is missing or not a run description."""
+def read_run(run_dir: str | Path) -> RunRecord:
+    """The run record of ``run_dir/run.json``; RunPlotError if it is missing or not a run description (no method
+    or cohort)."""
     run = RunDir(run_dir)
     run_dir, path = run.path, run.info_path
     try:
-        meta = run.info()
+        record = run.record()
     except FileNotFoundError:
         raise RunPlotError(f"{run_dir} has no run.json; pass a run directory (results/runs/<run_id>)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunPlotError(f"{path} is not readable JSON ({exc}); the run is damaged, re-run it") from None
     except ValueError:  # valid JSON, not an object
-        meta = None
-    if not isinstance(meta, dict) or not isinstance(meta.get("method"), str) or not isinstance(meta.get("cohort"), str):
+        record = None
+    if record is None or record.method is None or record.cohort is None:
         raise RunPlotError(f"{path} lacks 'method' or 'cohort'; the run is damaged, re-run it")
-    agents = meta.get("agents")
-    names = tuple(a["name"] for a in agents if isinstance(a, dict) and isinstance(a.get("name"), str)) \
-        if isinstance(agents, list) else ()
-    seed, steps = meta.get("seed"), meta.get("steps")
-    return RunInfo(run_dir, meta["method"], meta["cohort"],
-                   seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
-                   str(meta.get("tag") or ""), str(meta.get("status") or "unknown"),
-                   steps if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else None, names)
+    return record
 
 
 def _load_metrics(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]] | None:
@@ -182,21 +163,22 @@ def score_file(path: str | Path) -> dict[str, float | None]:
     return _score_cached(str(path), st.st_mtime_ns, st.st_size)
 
 
-def eval_points(info: RunInfo, warnings: list[str] | None = None) -> dict[str, dict[str, list[tuple[int, dict]]]]:
+def eval_points(run_dir: str | Path, record: RunRecord,
+                warnings: list[str] | None = None) -> dict[str, dict[str, list[tuple[int, dict]]]]:
     """benchmark -> agent -> [(step, scores)] sorted by step, from every phase under ``eval/``.
 
     ``final`` sits at run.json's ``steps`` (or one past the last evaluated step when ``steps`` is missing).
     An unreadable predictions file is left out and described in ``warnings``.
     """
-    run = RunDir(info.run_dir)
+    run = RunDir(run_dir)
     out: dict[str, dict[str, list[tuple[int, dict]]]] = {}
     phases = run.phases()
     known = [phase_step(p, None) for p in phases]
-    steps = info.steps if info.steps is not None else max([s for s in known if s is not None] + [0]) + 1
+    steps = record.steps if record.steps is not None else max([s for s in known if s is not None] + [0]) + 1
     for phase in phases:
         x = phase_step(phase, steps)
         if x is None:
-            logger.info("%s: unknown evaluation phase %r ignored", info.run_dir, phase)
+            logger.info("%s: unknown evaluation phase %r ignored", run.path, phase)
             continue
         for agent in run.evaluated_agents(phase):
             for bench in run.benchmarks(phase, agent):
@@ -272,7 +254,7 @@ def _series(by_step: Mapping[int, Mapping[str, Any]], steps: Sequence[int], key:
 
 
 def _train_panel(ax: Any, panel: Panel, metrics: dict | None, agents: Sequence[str], colors: Mapping[str, Any],
-                 info: RunInfo, window: int) -> None:
+                 record: RunRecord, window: int) -> None:
     if metrics is None:
         _message(ax, panel.title, "no metrics.jsonl in this run")
         return
@@ -295,7 +277,7 @@ def _train_panel(ax: Any, panel: Panel, metrics: dict | None, agents: Sequence[s
             ax.plot(steps, _moving_average(extra, window if len(extra) >= 5 else 1), color=color, lw=1.3, ls=":")
             companion = True
     if not drawn:
-        _message(ax, panel.title, f"not logged by {info.method}")
+        _message(ax, panel.title, f"not logged by {record.method}")
         return
     if companion:
         from matplotlib.lines import Line2D
@@ -353,16 +335,16 @@ def _mean_over_benchmarks(evals: Mapping[str, Mapping[str, list[tuple[int, dict]
 
 def run_png(run_dir: str | Path, warnings: list[str] | None = None) -> bytes:
     """The training-dynamics figure of one run as PNG bytes (see :func:`plot_run`); RunPlotError if unreadable."""
-    info = read_run(run_dir)
-    metrics = _load_metrics(info.run_dir)
-    evals = eval_points(info, warnings)
-    agents = list(info.agents)
+    run_dir, record = Path(run_dir), read_run(run_dir)
+    metrics = _load_metrics(run_dir)
+    evals = eval_points(run_dir, record, warnings)
+    agents = list(record.agent_names)
     for extra in sorted({a for a in (metrics or {})} | {a for per in evals.values() for a in per}):
         if extra not in agents:
             agents.append(extra)
     colors = dict(zip(agents, _colors(len(agents))))
     last_step = max((s for per in (metrics or {}).values() for s in per), default=0)
-    x_max = max(info.steps or 0, last_step)
+    x_max = max(record.steps or 0, last_step)
     window = max(3, round(x_max / 12)) | 1  # odd, ~8% of the run
 
     benches = sorted(evals)
@@ -376,7 +358,7 @@ def run_png(run_dir: str | Path, warnings: list[str] | None = None) -> bytes:
     fig = _figure(4.3 * ncols, 3.0 * nrows + 1.0)
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, panel in zip(axes, TRAIN_PANELS):
-        _train_panel(ax, panel, metrics, agents, colors, info, window)
+        _train_panel(ax, panel, metrics, agents, colors, record, window)
     rest = axes[len(TRAIN_PANELS):]
     if not eval_panels:
         _message(rest[0], "eval accuracy", "no predictions under eval/")
@@ -384,7 +366,7 @@ def run_png(run_dir: str | Path, warnings: list[str] | None = None) -> bytes:
         _eval_panel(ax, title, per_agent, agents, colors)
     for ax in axes[n_panels:]:
         ax.set_visible(False)
-    alarms = _alarm_steps(info.run_dir)
+    alarms = _alarm_steps(run_dir)
     for ax in axes[:n_panels]:
         if ax.has_data():
             for agent, step in alarms.items():  # the collapse alarm: a dashed line at the step it fired
@@ -399,10 +381,10 @@ def run_png(run_dir: str | Path, warnings: list[str] | None = None) -> bytes:
     handles = [Line2D([], [], color=colors[a], lw=2) for a in agents]
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.8 / height), h_pad=1.2, w_pad=1.2)  # before the header: it ignores it
-    fig.suptitle(info.title, fontsize=13, y=1 - 0.06 / height, va="top")
+    fig.suptitle(run_title(record), fontsize=13, y=1 - 0.06 / height, va="top")
     marked = f"; dashed vertical: collapse alarm ({', '.join(f'{a} at step {s}' for a, s in alarms.items())})" \
         if alarms else ""
-    fig.text(0.5, 1 - 0.33 / height, f"{info.run_dir.name} — faint: per step, bold: moving average over "
+    fig.text(0.5, 1 - 0.33 / height, f"{run_dir.name} — faint: per step, bold: moving average over "
              f"{window} steps; eval: x = steps trained (base = 0){marked}", ha="center", va="top", fontsize=8.5,
              color="0.35")
     if handles:

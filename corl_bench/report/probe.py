@@ -144,12 +144,12 @@ def _sources(arg: str, phase: str, benchmark: str) -> list[tuple[str, str, Path]
     if run is not None:
         rd = RunDir(run[0])
         found = []
-        for agent in select_agents(run[0], rd.info(), run[1]):
-            path = rd.predictions_path(phase, agent["name"], benchmark)
+        for agent in select_agents(run[0], rd.record(), run[1]):
+            path = rd.predictions_path(phase, agent.name, benchmark)
             if not path.is_file():
                 raise ConfigError(f"{path} does not exist; was {benchmark} evaluated in the {phase} phase of "
                                   f"{run[0]}? (--phase base|final, --benchmark)")
-            found.append((agent["name"], f"{run[0].name}:{agent['name']}", path))
+            found.append((agent.name, f"{run[0].name}:{agent.name}", path))
         return found
     path = Path(arg)
     if path.is_dir() and (path / f"{benchmark}.jsonl").is_file():

@@ -101,16 +101,18 @@ def load_agent_scores(results_dir: Path) -> tuple[list[AgentScores], list[str]]:
     out, warnings = [], []
     for run in find_runs(Path(results_dir)):
         try:
-            info = run.info()
-            if info.get("status") != "finished":
-                warnings.append(f"{run.name}: status {info.get('status')!r}; not used")
+            record = run.record()
+            if not record.finished:
+                warnings.append(f"{run.name}: status {record.status!r}; not used")
                 continue
-            for agent in info["agents"]:
-                final = _phase(run, "final", agent["name"])
+            for key in ("method", "cohort", "seed", "agents"):
+                if record.problem(key):
+                    raise ValueError(f"run.json {record.problem(key)}")
+            for agent in record.agents or ():
+                final = _phase(run, "final", agent.name)
                 if final:
-                    out.append(AgentScores(info["method"], info["cohort"], str(info.get("tag") or ""),
-                                           agent["name"], str(agent.get("family", "")), int(info["seed"]), final,
-                                           _phase(run, "base", agent["name"])))
+                    out.append(AgentScores(record.method, record.cohort, record.tag or "", agent.name,
+                                           agent.family or "", record.seed, final, _phase(run, "base", agent.name)))
         except (OSError, ValueError, KeyError, TypeError) as e:
             warnings.append(f"{run.name}: unreadable ({type(e).__name__}: {e}); skipped")
     return out, warnings

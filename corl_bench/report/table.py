@@ -3,7 +3,7 @@
 The table is built in layers whose imports point one way (none of them imports torch or transformers):
 
 * :mod:`corl_bench.report.collect` - read the run directories and regrade their predictions
-  (:func:`collect_results`, :func:`collect`, :class:`Row`, :class:`AgentResult`, :class:`RunInfo`, ...);
+  (:func:`collect_results`, :func:`collect`, :class:`Row`, :class:`AgentResult`, :class:`RunProtocol`, ...);
 * :mod:`corl_bench.report.layout` - blocks, rows in the order and with the labels the methods declare, marks,
   footer (imports collect);
 * :mod:`corl_bench.report.render` - md / LaTeX / CSV / HTML / rich (imports collect and layout);
@@ -23,7 +23,7 @@ from rich.console import Console
 
 from corl_bench.console import print_wide
 from corl_bench.report.collect import (DEFAULT_METRICS, FORMATS, METRIC_LABELS, TABLE_METRICS, AgentResult, Collected,
-                                       DamagedRun, Row, RunInfo, aggregate, check_metrics, collect, collect_results,
+                                       DamagedRun, Row, RunProtocol, aggregate, check_metrics, collect, collect_results,
                                        find_runs, natural_key, pool_scores, rel_path, row_grader_for)
 from corl_bench.report.layout import PaperTable, build, check_reference, paper_table
 from corl_bench.report.render import FORMAT_SUFFIXES, print_rich, render_text
@@ -32,7 +32,7 @@ from corl_bench.results import atomic_write_text
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_METRICS", "FORMATS", "METRIC_LABELS", "TABLE_METRICS", "AgentResult", "Collected", "DamagedRun",
-           "Row", "RunInfo", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "html", "main",
+           "Row", "RunProtocol", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "html", "main",
            "natural_key", "pool_scores", "print_wide", "rel_path", "row_grader_for", "write_atomic"]
 
 write_atomic = atomic_write_text  # old name (kept for one release)

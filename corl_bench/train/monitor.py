@@ -234,29 +234,39 @@ def _rounded(signals: Mapping[str, Mapping[str, Optional[float]]]) -> dict[str, 
 
 class CollapseWatch:
     """The runner's side of the alarm for one run: replays a resumed run's history, turns each step's alarms into
-    event rows of metrics.jsonl, a line beside the progress bars and run.json entries, and says when
+    event rows of metrics.jsonl, a line beside the progress bars and run record entries, and says when
     ``run.stop_on_collapse`` ends the run.
 
-    run.json gets ``collapse_alarms`` (one entry per fired alarm: step, agent, symptoms, signals) and, when the run
-    stops on one, ``stopped: "collapse"`` and ``stopped_after_step`` (the number of steps trained)."""
+    The run record gets (:meth:`changes`) ``collapse_alarms`` (one entry per fired alarm: step, agent, symptoms,
+    signals) and, when the run stops on one, ``stopped: "collapse"`` and ``stopped_after_step`` (the number of steps
+    trained)."""
 
-    def __init__(self, cfg: Any, metrics_path: Any, info: dict[str, Any]) -> None:
-        """``cfg``: the run's Config; ``metrics_path``: its metrics.jsonl; ``info``: its run.json dict (updated)."""
+    def __init__(self, cfg: Any, metrics_path: Any) -> None:
+        """``cfg``: the run's Config; ``metrics_path``: its metrics.jsonl."""
         self.enabled = bool(cfg.monitor.collapse_alarm)
         self.stop_on_collapse = bool(cfg.run.stop_on_collapse)
         self.monitor = CollapseMonitor(cfg.monitor)
         self.metrics_path = metrics_path
-        self.info = info
+        self.alarms: list[dict[str, Any]] = []  # the rows of the alarms fired so far
         self.stopped = False
-        if self.enabled:
-            info.setdefault("collapse_alarms", [])  # [] = watched and silent; absent = not watched
+        self.stopped_after_step: Optional[int] = None
+
+    def changes(self) -> dict[str, Any]:
+        """The run record fields the watch owns (none when the alarm is off: the record then has no
+        ``collapse_alarms``; ``[]`` = watched and silent)."""
+        if not self.enabled:
+            return {}
+        out: dict[str, Any] = {"collapse_alarms": tuple(self.alarms)}
+        if self.stopped:
+            out.update(stopped="collapse", stopped_after_step=self.stopped_after_step)
+        return out
 
     def replay(self, history: Sequence[Mapping[str, Mapping[str, Any]]]) -> None:
         """Rebuild the state of a resumed run from its kept history (its event rows are already in the file)."""
         if not self.enabled:
             return
         alarms = self.monitor.replay(history)
-        self.info["collapse_alarms"] = [a.row() for a in alarms]
+        self.alarms = [a.row() for a in alarms]
         if alarms and self.stop_on_collapse:
             self._stop(alarms[0].step)
 
@@ -270,7 +280,7 @@ class CollapseWatch:
         from corl_bench.results import append_jsonl
 
         append_jsonl(self.metrics_path, [a.row() for a in alarms])
-        self.info.setdefault("collapse_alarms", []).extend(a.row() for a in alarms)
+        self.alarms.extend(a.row() for a in alarms)
         for a in alarms:
             text = f"collapse alarm: {a.text()}" + ("; stopping the run (run.stop_on_collapse)"
                                                      if self.stop_on_collapse else "")
@@ -285,7 +295,7 @@ class CollapseWatch:
 
     def _stop(self, step: int) -> None:
         self.stopped = True
-        self.info.update(stopped="collapse", stopped_after_step=step + 1)
+        self.stopped_after_step = step + 1
 
     def status(self) -> str:
         """A suffix for the training bar's status: ``  ALARM a0`` once an agent's alarm has fired."""

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corl_bench.console import print_wide
+from corl_bench.record import RunRecord
 
 
 def stamp() -> str:
@@ -145,20 +146,21 @@ SELECTION_TEXT = {"dev": "selected on {benchmark} (labelled, disjoint from test)
                   "test-oracle": "selected on the test set {benchmark} (test-oracle): optimistic"}
 
 
-def run_notes(info: dict) -> list[str]:
-    """The end-of-run lines about the collapse alarm, an early stop and the reported checkpoint, from run.json."""
+def run_notes(record: RunRecord) -> list[str]:
+    """The end-of-run lines about the collapse alarm, an early stop and the reported checkpoint, from the run
+    record."""
     lines = []
-    alarms = info.get("collapse_alarms")
+    alarms = record.collapse_alarms
     if alarms is None:
         lines.append("collapse alarm: off (monitor.collapse_alarm=false)")
     elif not alarms:
         lines.append("collapse alarm: silent (label-free signals against each agent's first steps)")
     else:
         lines += [f"collapse alarm: {_alarm_text(a)}" for a in alarms]
-    if info.get("stopped") == "collapse":
-        lines.append(f"stopped early after {info.get('stopped_after_step')} of {info.get('steps')} steps on the "
+    if record.stopped == "collapse":
+        lines.append(f"stopped early after {record.stopped_after_step} of {record.steps} steps on the "
                      "collapse alarm (run.stop_on_collapse); final = the weights at the stop")
-    sel = info.get("selection")
+    sel = record.selection
     if isinstance(sel, dict) and sel.get("rule") in SELECTION_TEXT:
         chosen = []
         for agent, c in (sel.get("agents") or {}).items():
@@ -171,11 +173,11 @@ def run_notes(info: dict) -> list[str]:
     return lines
 
 
-def summary_table(console: Console | None, info: dict, scores: dict, history: list) -> Table:
+def summary_table(console: Console | None, record: RunRecord, scores: dict, history: list) -> Table:
     """Per agent and benchmark: base → final (greedy, pass@1, maj@k) and the label-free diagnostics at the end."""
     console = console or Console(stderr=True)
-    table = Table(title=f"{info['method']} · {info['cohort']} · seed {info['seed']} · "
-                        f"{info.get('wall_seconds', 0):.0f} s · {info['run_id']}",
+    table = Table(title=f"{record.method} · {record.cohort} · seed {record.seed} · "
+                        f"{record.wall_seconds or 0:.0f} s · {record.run_id}",
                   box=box.HEAVY_HEAD if console.is_terminal else box.SIMPLE,  # logs: no heavy rules (━)
                   show_edge=console.is_terminal)
     for col in ("agent", "benchmark", "greedy", "pass@1", "maj@k", "label acc", "peer agree", "reward"):
@@ -191,9 +193,9 @@ def summary_table(console: Console | None, info: dict, scores: dict, history: li
                           _raw(_tail_mean(history, agent, "reward/mean")))
     print_wide(console, table)
     whole = not console.is_terminal  # a log line is never broken at 80 columns
-    for line in run_notes(info):
+    for line in run_notes(record):
         console.print(line, soft_wrap=whole, markup=False, highlight=False)
-    timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in info.get("timings", {}).items())
+    timings = " · ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in (record.timings or {}).items())
     console.print(f"time per phase: {timings}", soft_wrap=whole)
     console.print("diagnostics: mean over the last 20 % of steps (reward in its own units); "
                   "scores in %, recomputed from "

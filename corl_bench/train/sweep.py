@@ -144,7 +144,7 @@ def cell_status(spec: SweepSpec, cell: Cell) -> str:
     if not run.is_run():
         return "new"
     try:
-        return "finished" if run.info().get("status") == "finished" else "interrupted"
+        return "finished" if run.record().finished else "interrupted"
     except (OSError, ValueError):
         return "interrupted"
 
