@@ -79,7 +79,9 @@ def _fresh_venv(root: Path, wheel: Path) -> Path:
 def test_the_wheel_installs_and_runs_outside_the_checkout_on_cpu(tmp_path: Path) -> None:
     wheel = _build_wheel(tmp_path / "dist")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for must in ("corl_bench/hf/device.py", "corl_bench/hf/profile.py", "corl_bench/report/paper-results.json",
+    for must in ("corl_bench/models/device.py", "corl_bench/hf/profile.py", "corl_bench/report/paper-results.json",
+                 "corl_bench/micro/checkpoints/qwen2-bpe/model.safetensors",
+                 "corl_bench/micro/checkpoints/llava-micro/manifest.json", "corl_bench/grading/verifier.py",
                  "corl_bench/report/claims.yaml", "corl_bench/eval/converters.py",
                  "corl_bench/trainers/corl.py", "corl_bench/baselines/ttrl.py", "corl_bench/benchmarks/gsm8k.yaml",
                  "corl_bench/cohorts/cross-family.yaml"):
