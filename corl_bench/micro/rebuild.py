@@ -10,6 +10,7 @@ from typing import Any
 from corl_bench.config import ConfigError
 from corl_bench.micro.shipped import ROOT, compare, manifest, write
 
+
 def profile_for(family: str, model_cfg: Any = None) -> Any:
     """The micro profile (text or visual) that builds and reads ``family``."""
     from corl_bench.micro.profile import MicroProfile
@@ -57,12 +58,11 @@ def verify(families: list[str], cache_dir: Path, progress: Any = None,
 def ship(families: list[str], cache_dir: Path | None = None, progress: Any = None,
          root: Path | None = None) -> dict[str, Path]:
     """Warm-start each family on this machine (its cached build is reused) and write it into the shipped tree."""
-    from corl_bench.config import ModelConfig
+    from corl_bench.models.load import default_cache_root
 
-    cfg = ModelConfig(cache_dir=str(cache_dir) if cache_dir else None, micro_checkpoints="build")
-    built = rebuild(families, Path(profile_for(families[0], cfg).cache_root), progress) if families else {}
+    built = rebuild(families, cache_dir or default_cache_root(), progress)
     out = {}
     for f in families:
-        prof = profile_for(f, cfg)
+        prof = profile_for(f)
         out[f] = write(built[f], f, prof.fingerprint(prof.family(f)), prof.name, root)
     return out
