@@ -11,7 +11,7 @@ import importlib.util
 import logging
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -191,9 +191,14 @@ def _list_benchmarks(reg) -> Listing:
 
 
 def _list_families(reg) -> Listing:
-    rows = [(name, fam.arch.replace("Config", ""), fam.tokenizer, f"{fam.flaw} ({fam.p_sys})")
+    """A family has a ``profile`` and an ``arch``; a micro family also a tokenizer kind and a flaw (a plugin's
+    family need not)."""
+    def flaw(fam: Any) -> str:
+        return f"{fam.flaw} ({fam.p_sys})" if hasattr(fam, "flaw") else "-"
+
+    rows = [(name, fam.profile, fam.arch.replace("Config", ""), str(getattr(fam, "tokenizer", "-")), flaw(fam))
             for name, fam in reg.items()]
-    return ("name", "architecture", "tokenizer", "flaw (p_sys)"), rows
+    return ("name", "profile", "architecture", "tokenizer", "flaw (p_sys)"), rows
 
 
 def _list_profiles(reg) -> Listing:

@@ -1,41 +1,26 @@
-"""The profile protocol: where a run's models, training prompts and benchmarks come from.
+"""The profile contract: where a run's models, training prompts and benchmarks come from.
 
-A profile is registered in :data:`corl_bench.registries.PROFILES` under the name ``model.profile`` takes (``micro``,
-``hf``; a plugin registers through the ``corl_bench.profiles`` entry-point group) and built as ``Profile(model_cfg)``.
-A cohort agent's ``family`` field names the model the profile loads for it (a micro family such as ``qwen2-bpe``; for
-``hf`` a model entry, a folder or a hub id).
+A profile is a subclass of :class:`Profile`, registered in :data:`corl_bench.registries.PROFILES` under the name
+``model.profile`` takes (``micro``, ``micro-visual``, ``hf``; a plugin registers through the ``corl_bench.profiles``
+entry-point group) and built as ``cls(model_cfg)``. A cohort agent's ``family`` names the model the profile loads
+for it (a micro family such as ``qwen2-bpe``; for ``hf`` a model entry, a folder or a hub id). What belongs to a
+profile is said where it is defined, never by a name in the core: a benchmark spec's ``profile`` names the profile
+that serves its generated suite, a registered model family's ``profile`` names the one that builds it, and a spec's
+``modality`` says whether it has images.
 
-The class-level checks run in ``corl-bench validate`` and before ``corl-bench run`` writes anything, so they must
-not load models or read data. Everything else runs in the training run.
+The contract is closed: the core calls every hook below on every profile, and :class:`Profile` gives each optional
+hook a documented default, so a profile overrides what it needs and nothing is looked up by ``getattr`` or by
+signature. Six methods have no default (``check_agent``, ``load``, ``training_problems``, ``render``, ``benchmark``
+and the class attribute ``name``).
 
-Optional hooks (a profile without them behaves as before; the runner looks them up with ``getattr``):
-
-* ``check_data(cls, cfg)`` (classmethod): validate the run's ``data`` section against this profile (no I/O beyond
-  checking that files exist);
-* ``configure(self, cfg)``: the run's whole resolved config, given once before anything is loaded (data sources,
-  benchmarks, seeds);
-* ``decontaminate(self, benchmarks) -> dict | None``: given ``{name: items}`` of every benchmark the run evaluates,
-  drop overlapping training problems before the first one is drawn; the returned report lands in run.json
-  (``contamination``).
-* ``dev_benchmark(cls) -> str | None`` (classmethod): the registered benchmark that is this profile's labelled dev
-  split, disjoint from every test set (``micro-dev`` for micro); ``eval.select=dev`` and ``label-free`` decide on
-  it (:mod:`corl_bench.train.select`). Without the hook, or when it returns None, validation refuses those rules.
-* ``default_benchmarks(cls) -> tuple[str, ...]`` (classmethod): what a run evaluates when ``eval.benchmarks`` is left
-  at its default (``micro-visual`` evaluates ``micro-visual-test``, not the text ``micro-test``).
-* ``images`` (class attribute, default False): the profile's requests carry images, so ``validate`` refuses a rollout
-  engine without an image path (``supports_images``).
-* ``takes_images(cls, agent) -> bool | None`` (classmethod): whether the agent's model takes images, read without
-  loading it (None: not known yet); validation refuses an image benchmark for a text model and an engine or memory
-  option without an image path for a vision-language one. Without the hook, ``images`` decides.
-
-:func:`load_for` and :func:`render_for` call ``load`` and ``render`` with the agent's device and model where the
-profile accepts them, and without where it predates them.
+Class-level hooks (classmethods) run in ``corl-bench validate`` and before ``corl-bench run`` writes anything, so
+they must not load models or read data; everything else runs in the training run (or in an agent's worker process,
+which builds its own profile instance and calls :meth:`Profile.configure` before :meth:`Profile.load`).
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable, ClassVar, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, Sequence
 
 from corl_bench.rollout.base import Request
 
@@ -51,106 +36,169 @@ class Problem(Protocol):
 
 
 class BenchItem(Protocol):
-    """A benchmark problem as a profile serves it: id, gold answer and its prompt text in a view. Items without
-    ``prompt()`` (the ``hf`` profile's :class:`corl_bench.eval.items.Item`) are rendered by the benchmark spec's
-    template with the agent's tokenizer (chat template), exactly as ``corl-bench eval`` renders them."""
+    """A benchmark problem as a profile serves it: id, gold answer and its prompt in a view (a ``str`` or a
+    :class:`~corl_bench.rollout.base.Request` with images). Items without ``prompt()`` (the ``hf`` profile's
+    :class:`corl_bench.eval.items.Item`) are rendered by the benchmark spec's template with the agent's tokenizer
+    (chat template), exactly as ``corl-bench eval`` renders them."""
 
     id: str
     gold: str
 
-    def prompt(self, view: str = "original") -> str: ...
+    def prompt(self, view: str = "original") -> Any: ...
 
 
-@runtime_checkable
-class Profile(Protocol):
-    name: ClassVar[str]
+class Profile:
+    """Base class of every profile. Subclass it, set :attr:`name`, implement the methods marked *required* and
+    override any default hook whose default does not fit."""
 
-    def __init__(self, model_cfg: Any = None) -> None: ...
+    name: ClassVar[str] = ""
+    """the registered name (``model.profile``)"""
+    images: ClassVar[bool] = False
+    """the profile's requests carry images: ``validate`` refuses a rollout engine or memory option without an image
+    path (``supports_images``); the default of :meth:`takes_images`"""
 
-    # ---------------------------------------------------------------- checks without I/O (validate = run)
+    def __init__(self, model_cfg: Any = None) -> None:
+        self.model_cfg = model_cfg
+
+    # ------------------------------------------------------------------ checks without I/O (validate = run)
     @classmethod
     def check_agent(cls, agent: Any) -> None:
-        """Raise a one-line ConfigError unless this profile can build a model for ``agent`` (an AgentSpec)."""
-        ...
+        """*Required.* Raise a one-line ConfigError unless this profile can build a model for ``agent`` (an
+        :class:`~corl_bench.config.AgentSpec`: ``family``, ``prompt``, ...)."""
+        raise NotImplementedError(f"profile {cls.name!r} ({cls.__qualname__}) must implement check_agent")
 
     @classmethod
     def check_benchmark(cls, name: str, spec: Any) -> None:
         """Raise a one-line ConfigError unless this profile can evaluate benchmark ``name`` (``spec``: its
-        :class:`corl_bench.eval.specs.BenchmarkSpec`, read by attribute)."""
-        ...
+        :class:`corl_bench.eval.specs.BenchmarkSpec`). Default: the generated suites this profile serves
+        (``spec.profile == cls.name``)."""
+        if spec.profile != cls.name:
+            from corl_bench.config import ConfigError
+
+            raise ConfigError(f"eval.benchmarks: {name!r} is not a suite of the {cls.name} profile; set "
+                              f"eval.benchmarks to one of {', '.join(cls.default_benchmarks()) or 'its suites'}")
+
+    @classmethod
+    def check_data(cls, cfg: Any) -> None:
+        """Validate the run's ``data`` section against this profile (no I/O beyond checking that files exist).
+        Default: a profile that generates its problems refuses ``data.train``."""
+        if cfg.data.train:
+            from corl_bench.config import ConfigError
+
+            raise ConfigError(f"data.train={cfg.data.train!r}: the {cls.name} profile generates its own training "
+                              "problems; unset data.train (or use a profile that reads training sets, e.g. hf)")
+
+    @classmethod
+    def takes_images(cls, agent: Any) -> bool | None:
+        """Whether ``agent``'s model takes images, read without loading it (None: not known before it is
+        downloaded). Default: :attr:`images`."""
+        return cls.images
+
+    @classmethod
+    def default_benchmarks(cls) -> tuple[str, ...]:
+        """What a run evaluates when ``eval.benchmarks`` is left at its default. Default: () = the config's own
+        default."""
+        return ()
+
+    @classmethod
+    def dev_benchmark(cls) -> str | None:
+        """The registered benchmark that is this profile's labelled dev split, disjoint from every test set
+        (``micro-dev``); ``eval.select=dev`` and ``label-free`` decide on it (:mod:`corl_bench.train.select`).
+        Default: None, and validation refuses those rules."""
+        return None
+
+    @classmethod
+    def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
+        """``(cfg, notes)``: the config with this profile's own values where it left the global defaults (hf: the
+        sizes of a CPU step), one note per value filled (``validate`` prints them). Default: unchanged, no notes."""
+        return cfg, []
+
+    @classmethod
+    def check_memory(cls, cfg: Any, method_cls: Any) -> list[str]:
+        """Notes on whether a training step fits the devices (a one-line ResourceError when it cannot). Default:
+        none."""
+        return []
+
+    @classmethod
+    def fetch(cls, cfg: Any) -> None:
+        """Download what the run needs from the hub before the run directory is written (hf). Default: nothing."""
 
     def check_writable(self, models: Sequence[str]) -> None:
-        """Raise a one-line ConfigError if preparing ``models`` would have to write where it cannot."""
-        ...
+        """Raise a one-line ConfigError if preparing ``models`` would have to write where it cannot. Default: no
+        check (nothing is written)."""
 
-    # ---------------------------------------------------------------- models
+    # ------------------------------------------------------------------ the run
+    def configure(self, cfg: Any) -> None:
+        """The run's whole resolved config, given once before anything is loaded (data sources, benchmarks, seeds).
+        Default: nothing to configure."""
+
     def missing(self, models: Sequence[str]) -> list[str]:
-        """The models that :meth:`prepare` still has to build or fetch (cheap; no model is loaded)."""
-        ...
+        """The models :meth:`prepare` still has to build or fetch (cheap; nothing is loaded). Default: none."""
+        return []
 
     def prepare(self, models: Sequence[str], progress: ProgressFn | None = None) -> Any:
-        """Build or fetch what is missing (the micro warm start); a no-op when everything is there."""
-        ...
+        """Build or fetch what is missing (the micro warm start); a no-op when everything is there (the default)."""
+        return None
 
     def load(self, model: str, device: str | None = None) -> tuple[Any, Any]:
-        """(model in eval mode on ``device``, left-padding tokenizer with a pad token) for a cohort agent's
-        ``family``; ``device`` None or ``cpu``: the CPU, ``auto``: a GPU when one is visible."""
-        ...
+        """*Required.* ``(model in eval mode on device, left-padding tokenizer with a pad token)`` for a cohort
+        agent's ``family``; ``device`` None or ``cpu``: the CPU, ``auto``: a GPU when one is visible."""
+        raise NotImplementedError(f"profile {self.name!r} must implement load")
 
-    # ---------------------------------------------------------------- data
     def training_problems(self, seed: int) -> Iterator[Problem]:
-        """The unlabeled training stream (identical for every agent of a run)."""
-        ...
+        """*Required.* The unlabeled training stream (identical for every agent of a run)."""
+        raise NotImplementedError(f"profile {self.name!r} must implement training_problems")
 
-    def render(self, problem: Any, view: str, model: str | None = None) -> Request:
-        """The request an agent in ``view`` (original | rephrased) is given for a training problem; ``model`` is the
-        agent's ``family`` (a profile that renders a chat template needs to know whose)."""
-        ...
+    def render(self, problem: Any, view: str, model: str | None = None, prompt: str = "") -> Request:
+        """*Required.* The request an agent is given for a training problem: ``view`` (original | rephrased),
+        ``model`` the agent's ``family`` (a profile that renders a chat template needs to know whose), ``prompt`` the
+        agent's prompt format ("" = the profile's default)."""
+        raise NotImplementedError(f"profile {self.name!r} must implement render")
+
+    def stop_strings(self, prompt: str) -> tuple[str, ...]:
+        """Where generation stops for an agent asked in prompt format ``prompt``. Default: nowhere special."""
+        return ()
+
+    def rephraser(self) -> Any:
+        """The rephrased view's source when it needs loading (hf: a model that rephrases), else None (default)."""
+        return None
+
+    def decontaminate(self, benchmarks: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
+        """Given ``{name: items}`` of every benchmark the run evaluates, drop overlapping training problems before
+        the first one is drawn; the returned report lands in run.json (``contamination``). Default: None (the
+        profile's problems cannot overlap: nothing to report)."""
+        return None
 
     def benchmark(self, name: str) -> Sequence[BenchItem]:
-        """The items of benchmark ``name`` (after :meth:`check_benchmark` accepted it)."""
-        ...
+        """*Required.* The items of benchmark ``name`` (after :meth:`check_benchmark` accepted it)."""
+        raise NotImplementedError(f"profile {self.name!r} must implement benchmark")
 
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+def check_profile_class(name: str, cls: Any) -> None:
+    """A one-line ConfigError unless ``cls`` (registered as profile ``name``) subclasses :class:`Profile`."""
+    if not (isinstance(cls, type) and issubclass(cls, Profile)):
+        from corl_bench.config import ConfigError
+
+        raise ConfigError(f"model.profile={name!r}: {getattr(cls, '__qualname__', cls)!r} is not a profile; make it "
+                          "subclass corl_bench.profile.Profile (its default hooks close the contract)")
 
 
-def load_for(profile: Any, model: str, device: str | None) -> tuple[Any, Any]:
-    """``profile.load(model, device=device)``; a profile whose ``load`` takes no device gets ``load(model)``."""
-    if _accepts(profile.load, "device"):
-        return profile.load(model, device=device)
-    return profile.load(model)
+def render_for(profile: Profile, problem: Any, agent: Any) -> Request:
+    """The request ``agent`` (an AgentSpec) is given for ``problem``."""
+    return profile.render(problem, agent.view, model=agent.family, prompt=agent.prompt)
 
 
-def render_for(profile: Any, problem: Any, agent: Any) -> Request:
-    """``profile.render(problem, agent.view, model=agent.family[, prompt=agent.prompt])``; a two-argument ``render``
-    gets (problem, view)."""
-    if _accepts(profile.render, "model"):
-        if getattr(agent, "prompt", "") and _accepts(profile.render, "prompt"):
-            return profile.render(problem, agent.view, model=agent.family, prompt=agent.prompt)
-        return profile.render(problem, agent.view, model=agent.family)
-    return profile.render(problem, agent.view)
+def stop_for(profile: Profile, agent: Any) -> tuple[str, ...]:
+    """The stop strings of ``agent``'s prompt format; () when it has none."""
+    return tuple(profile.stop_strings(agent.prompt)) if agent.prompt else ()
 
 
-def stop_for(profile: Any, agent: Any) -> tuple[str, ...]:
-    """The stop strings of the agent's prompt format (``profile.stop_strings(prompt)``, optional); () by default."""
-    prompt = getattr(agent, "prompt", "")
-    hook = getattr(profile, "stop_strings", None)
-    return tuple(hook(prompt)) if prompt and hook is not None else ()
-
-
-def selection_benchmark(rule: str, profile_cls: Any, benchmarks: Sequence[str]) -> str | None:
+def selection_benchmark(rule: str, profile_cls: type[Profile], benchmarks: Sequence[str]) -> str | None:
     """The benchmark a rule is decided on: the profile's dev split (dev, label-free), the first evaluated benchmark
-    (test-oracle), None (final). Here, beside the profile protocol, because validation of a profile's benchmarks
+    (test-oracle), None (final). Here, beside the profile contract, because validation of a profile's benchmarks
     (``hf``) and training's selection (:mod:`corl_bench.train.select`, which re-exports it) both use it."""
     if rule in ("dev", "label-free"):
-        named = getattr(profile_cls, "dev_benchmark", None)
-        return named() if callable(named) else None
+        return profile_cls.dev_benchmark()
     if rule == "test-oracle":
         return benchmarks[0] if benchmarks else None
     return None

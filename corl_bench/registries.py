@@ -323,7 +323,7 @@ def cohort_from_yaml(path: Path | str, text: str | None = None) -> CohortConfig:
         agents = tuple(AgentSpec(**a) for a in data["agents"])
     except TypeError as e:
         raise ConfigError(f"cohort file {path}: bad agent entry ({e}); each agent needs name and family") from None
-    return CohortConfig(name=str(data["name"]), agents=agents, profile=str(data.get("profile", "micro")),
+    return CohortConfig(name=str(data["name"]), agents=agents, profile=str(data.get("profile") or ""),
                         description=str(data.get("description", "")), paper_row=str(data.get("paper_row") or ""))
 
 
@@ -369,10 +369,15 @@ PROFILES: Registry[Any] = Registry("profile", entry_point_group="corl_bench.prof
 PROFILES.register_lazy("micro", "corl_bench.micro.profile:MicroProfile")
 PROFILES.register_lazy("hf", "corl_bench.hf.profile:HFProfile")
 PROFILES.register_lazy("micro-visual", "corl_bench.micro.vl_profile:MicroVisualProfile")
-COHORTS: Registry[CohortConfig] = Registry("cohort", loaders=(_load_builtin_cohorts,))
+#: Cohorts (:class:`corl_bench.config.CohortConfig`): ``corl_bench/cohorts/*.yaml``, ``$CORL_BENCH_COHORTS``, entry points.
+COHORTS: Registry[CohortConfig] = Registry("cohort", loaders=(_load_builtin_cohorts,),
+                                           entry_point_group="corl_bench.cohorts")
 #: Benchmark specs (:class:`corl_bench.eval.specs.BenchmarkSpec`, frozen and validated), from ``benchmarks/*.yaml``.
-BENCHMARKS: Registry[Any] = Registry("benchmark", loaders=(_load_builtin_benchmarks,))
-FAMILIES: Registry[Any] = Registry("model family", loaders=(_load_micro_families,))
+BENCHMARKS: Registry[Any] = Registry("benchmark", loaders=(_load_builtin_benchmarks,),
+                                     entry_point_group="corl_bench.benchmarks")
+#: Model families (the micro profile's; a plugin's own): each says the ``profile`` that builds and loads it.
+FAMILIES: Registry[Any] = Registry("model family", loaders=(_load_micro_families,),
+                                   entry_point_group="corl_bench.families")
 #: Answer extractors (``completion text -> answer or None``), by a spec's ``extractor`` or ``rollout.extractor``.
 EXTRACTORS: Registry[Callable[[str], Any]] = Registry("answer extractor", entry_point_group="corl_bench.extractors")
 for _name, _target in (("qwen", "corl_bench.grading.verifier:extract_normalized"),

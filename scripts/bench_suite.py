@@ -64,8 +64,7 @@ def _setup(model: str, threads: int, backend: str = "fast", extra: Sequence[str]
     plan = resolve(load_config(None, over))
     cfg = plan.config
     profile = PROFILES.get(cfg.model.profile)(cfg.model)
-    if hasattr(profile, "configure"):
-        profile.configure(cfg)
+    profile.configure(cfg)
     return plan, cfg, profile
 
 
@@ -81,12 +80,12 @@ def worker_step(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from corl_bench.profile import load_for, render_for
+    from corl_bench.profile import render_for
 
     plan, cfg, profile = _setup(args.model, args.threads, args.backend, args.set)
     spec = cfg.cohort.agents[0]
     torch.manual_seed(0)
-    model, tok = load_for(profile, spec.family, cfg.model.device)
+    model, tok = profile.load(spec.family, cfg.model.device)
     n_prob = cfg.rollout.prompts_per_step * (args.steps + 1)
     problems = list(itertools.islice(profile.training_problems(cfg.run.seed), n_prob))
     times: list[float] = []
@@ -180,12 +179,12 @@ def worker_rollout(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from corl_bench.profile import load_for, render_for
+    from corl_bench.profile import render_for
     from corl_bench.rollout import SamplingParams, make_engine
 
     plan, cfg, profile = _setup(args.model, args.threads)
     spec = cfg.cohort.agents[0]
-    model, tok = load_for(profile, spec.family, None)
+    model, tok = profile.load(spec.family, None)
     r = cfg.rollout
     problems = list(itertools.islice(profile.training_problems(0), r.prompts_per_step * (args.steps + 1)))
     reqs = [render_for(profile, p, spec) for p in problems]

@@ -14,6 +14,7 @@ import torch
 from corl_bench.config import AgentSpec, load_config
 from corl_bench.micro.tasks import problem_stream
 from corl_bench.micro.warmstart import render_prompt
+from corl_bench.profile import Profile as BaseProfile
 from corl_bench.registries import METHODS
 from corl_bench.rollout import Request
 from corl_bench.train.agent import Agent, NumericalError
@@ -51,11 +52,11 @@ class PicklingProxy:
         return call
 
 
-class Profile:
+class Profile(BaseProfile):
     def training_problems(self, seed: int):
         return problem_stream(seed)
 
-    def render(self, problem, view: str) -> Request:
+    def render(self, problem, view: str, model=None, prompt="") -> Request:
         return Request(text=render_prompt(problem.text(view)))
 
 

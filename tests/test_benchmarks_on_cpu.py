@@ -58,7 +58,9 @@ def test_every_registered_spec_validates_and_the_paper_suite_is_complete():
     ({"decoding": {"samples": 0}}, "set samples >= 1 or greedy: true"),
     ({"decoding": {"temperature": 0}}, "temperature must be > 0"),
     ({"decoding": {"top_k": 3}}, "decoding.top_k is not a field"),
-    ({"source": {}}, "give a local path or a hub dataset"),
+    ({"source": {}}, "give a local path, a hub dataset or a generator"),
+    ({"source": {"generator": "my_pkg.tasks", "suite": "t", "size": 3, "seed": 1}},
+     "names the profile that serves its items; add profile"),
     ({"metrics": ["pass@1000000"]}, "'pass@1000000' is unknown"),
 ])
 def test_bad_specs_fail_with_one_line_naming_the_field(over, match):

@@ -11,6 +11,7 @@ import pytest
 
 from corl_bench.config import AgentSpec, ConfigError, load_config
 from corl_bench.method import AgentRollouts, RewardInput
+from corl_bench.profile import Profile
 from corl_bench.registries import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,13 +207,13 @@ def test_recipe_config_holds_the_reference_values_and_validates():
 
 
 # ------------------------------------------------------------------------------------------ one real training step
-class MicroProblems:
+class MicroProblems(Profile):
     def training_problems(self, seed: int):
         from corl_bench.micro.tasks import problem_stream
 
         return problem_stream(seed)
 
-    def render(self, problem, view: str):
+    def render(self, problem, view: str, model=None, prompt=""):
         from corl_bench.micro.warmstart import render_prompt
         from corl_bench.rollout import Request
 

@@ -138,7 +138,9 @@ def test_an_unknown_rule_and_a_profile_without_a_dev_split_are_refused(tmp_path)
     with pytest.raises(ConfigError, match="eval.select must be one of final, dev, label-free, test-oracle"):
         load_config(None, ["eval.select=best"])
 
-    class NoDev:
+    from corl_bench.profile import Profile
+
+    class NoDev(Profile):  # the base class's default: no dev split
         name = "plugin"
 
     cfg = load_config(None, ["eval.select=dev", "eval.every=10"])

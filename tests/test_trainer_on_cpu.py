@@ -13,12 +13,13 @@ from corl_bench.train.agent import Agent, SampleStats, TrainSample, UpdateStats
 from corl_bench.config import AgentSpec, load_config
 from corl_bench.micro.tasks import problem_stream
 from corl_bench.micro.warmstart import render_prompt
+from corl_bench.profile import Profile as BaseProfile
 from corl_bench.registries import METHODS
 from corl_bench.rollout import Completion
 from corl_bench.train.trainer import Trainer
 
 
-class Profile:
+class Profile(BaseProfile):
     """Test double of a profile: the real micro stream, optionally with scrambled hidden answers."""
 
     def __init__(self, scramble: bool = False) -> None:
@@ -28,7 +29,7 @@ class Profile:
         for p in problem_stream(seed):
             yield _Scrambled(p) if self.scramble else p
 
-    def render(self, problem, view: str) -> str:
+    def render(self, problem, view: str, model=None, prompt="") -> str:
         return render_prompt(problem.text(view))
 
 

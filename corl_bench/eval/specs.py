@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 
 TASKS = ("math", "mcq", "code")
 MODALITIES = ("text", "image")
-GENERATED_PROFILES = ("micro", "micro-visual")
-"""profiles whose benchmark suites are generated (no data files): a spec's ``profile`` names one of them or none"""
 METRIC_NAMES = ("greedy", "avg@k", "pass@k", "maj@k", "we-math")
 """``we-math``: We-Math's four-dimensional metrics (IK, IG, CM, RM; :mod:`corl_bench.eval.wemath`), from the greedy
 rows grouped by the ``we_math_id`` / ``key`` the spec records in them"""
@@ -80,7 +78,8 @@ class Source:
     where: Mapping[str, Any] = field(default_factory=dict)
     """keep rows whose field equals the value (e.g. MBPP's test split by task-id range: {split: test})"""
     generator: str | None = None
-    """micro profile only: procedurally generated suite"""
+    """a procedurally generated suite (no data files): the module that generates it; the spec's ``profile`` serves
+    its items (``suite``, ``size`` and ``seed`` are the generator's)"""
     suite: str | None = None
     size: int | None = None
     seed: int | None = None
@@ -108,7 +107,8 @@ class BenchmarkSpec:
     system: str | None = None
     fewshot: int = 0
     profile: str | None = None
-    """``micro`` / ``micro-visual`` for those profiles' generated suites; None for real benchmarks"""
+    """the profile that serves this generated suite (``Profile.benchmark(name)`` gives its items); None for a
+    benchmark with data, which any profile that takes its modality evaluates"""
     notes: str = ""
     modality: str = "text"
     """``image``: every item carries its image file(s), resolved against the folder of ``source.local``"""
@@ -185,14 +185,17 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
         raise ConfigError(f"{where}.decoding.top_p must be in (0, 1] (got {dec.top_p})")
     if dec.max_new_tokens < 1:
         raise ConfigError(f"{where}.decoding.max_new_tokens must be >= 1 (got {dec.max_new_tokens})")
-    if raw.get("profile") not in GENERATED_PROFILES and not (src.local or src.hub):
-        raise ConfigError(f"{where}.source: give a local path or a hub dataset")
+    if not (src.local or src.hub or src.generator):
+        raise ConfigError(f"{where}.source: give a local path, a hub dataset or a generator")
+    if src.generator and not raw.get("profile"):
+        raise ConfigError(f"{where}: a generated suite (source.generator) names the profile that serves its items; "
+                          "add profile: <name>")
     if "{problem}" not in str(raw["prompt"]):
         raise ConfigError(f"{where}.prompt must contain {{problem}}")
     modality = raw.get("modality") or "text"
     if modality not in MODALITIES:
         raise ConfigError(f"{where}.modality must be one of {', '.join(MODALITIES)} (got {modality!r})")
-    if modality == "image" and not src.local and raw.get("profile") not in GENERATED_PROFILES:
+    if modality == "image" and not (src.local or src.generator):
         raise ConfigError(f"{where}.source.local is required for modality: image (its folder holds the images, e.g. "
                           "local: mathvision/test.jsonl with mathvision/images/)")
     template = raw.get("choices_template")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from corl_bench.config import ConfigError, ModelConfig
+from corl_bench.profile import Profile
 from corl_bench.rollout.base import Request
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ MATH_SUITE = ("gsm8k", "math500", "amc83")
 """The paper's math benchmarks: what an hf run evaluates when ``eval.benchmarks`` is left at its default."""
 
 
-class HFProfile:
+class HFProfile(Profile):
     """Real causal LMs, real training sets, real benchmarks."""
 
     name = "hf"

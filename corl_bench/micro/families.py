@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from corl_bench.micro.tasks import Problem, format_solution
 
@@ -43,6 +43,8 @@ SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 class Family:
     """A micro model family. ``arch``/``model_kwargs`` build a ``transformers`` config; ``tokenizer`` names a builder."""
 
+    profile: ClassVar[str] = "micro"
+    """the profile that builds and loads this family (a class attribute: not part of the recipe's fingerprint)"""
     name: str
     arch: str  # transformers config class name
     model_kwargs: tuple[tuple[str, Any], ...]

@@ -22,7 +22,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from corl_bench.config import ConfigError, ModelConfig
 from corl_bench.rollout.base import Request
@@ -31,6 +31,7 @@ from corl_bench.micro.tasks import SUITE_VERSION, Problem, problem_stream, test_
 from corl_bench.micro.warmstart import render_prompt
 from corl_bench.models.load import check_creatable as _check_creatable
 from corl_bench.models.load import default_cache_root  # re-exported: moved to the model layer (issue 23)
+from corl_bench.profile import Profile
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = "1"
@@ -78,7 +79,7 @@ def _pump(family: str, proc: subprocess.Popen, progress: ProgressFn | None) -> N
             progress(family, int(parts[1]), int(parts[2]))
 
 
-class MicroProfile:
+class MicroProfile(Profile):
     """Tiny models of different families and procedurally generated math (the embedded default); implements
     :class:`corl_bench.profile.Profile`."""
 
@@ -88,6 +89,7 @@ class MicroProfile:
 
     def __init__(self, model_cfg: ModelConfig | None = None) -> None:
         cfg = model_cfg or ModelConfig()
+        super().__init__(cfg)
         self.cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
         self.dtype = cfg.dtype
         self.use_shipped = cfg.micro_checkpoints == "shipped"
@@ -143,20 +145,15 @@ class MicroProfile:
             raise ConfigError(f"cohort agent {agent.name!r}: prompt {agent.prompt!r} is an hf-profile option (the "
                               "micro profile has one format); leave prompt out")
 
-    @classmethod
-    def takes_images(cls, agent: Any) -> bool:
-        """Every agent of this profile takes images exactly when the profile's prompts carry them (:meth:`check_agent`
-        has matched the family's kind to the profile)."""
-        return cls.images
-
-    def check_writable(self, families: list[str]) -> None:
+    def check_writable(self, models: Sequence[str]) -> None:
         """One-line ConfigError if checkpoints must be built and the cache cannot be created (nothing is written)."""
-        if self.missing(families):
+        if self.missing(models):
             _check_creatable(self.cache_root, "the micro model cache", "set model.cache_dir or $CORL_BENCH_CACHE to a "
                              "writable directory")
 
-    def missing(self, families: list[str]) -> list[str]:
-        return [f for f in dict.fromkeys(families) if not (self.checkpoint_dir(f) / "config.json").is_file()]
+    def missing(self, models: Sequence[str]) -> list[str]:
+        """The families (``models``) whose checkpoint is neither shipped nor cached."""
+        return [f for f in dict.fromkeys(models) if not (self.checkpoint_dir(f) / "config.json").is_file()]
 
     def ensure_checkpoints(self, families: list[str], progress: ProgressFn | None = None) -> dict[str, Path]:
         """Warm-start every missing family (in parallel processes) and return family -> checkpoint dir."""
@@ -184,13 +181,14 @@ class MicroProfile:
                                    f"to retry")
         return {f: self.checkpoint_dir(f) for f in families}
 
-    def prepare(self, families: list[str], progress: ProgressFn | None = None) -> dict[str, Path]:
-        """:meth:`ensure_checkpoints` (the Profile protocol's name)."""
-        return self.ensure_checkpoints(families, progress)
+    def prepare(self, models: Sequence[str], progress: ProgressFn | None = None) -> dict[str, Path]:
+        """:meth:`ensure_checkpoints` of the families ``models`` (the profile contract's name)."""
+        return self.ensure_checkpoints(list(models), progress)
 
-    def load(self, family: str, device: str | None = None) -> tuple[Any, Any]:
+    def load(self, model: str, device: str | None = None) -> tuple[Any, Any]:
         """Load a cached checkpoint (model in eval mode on ``device``, left-padding tokenizer). Micro models are
         fp32 unless model.dtype=bfloat16 (``auto`` keeps fp32); ``device`` auto = a GPU when one is visible."""
+        family = model
         model, tok = self.read_checkpoint(self.ensure_checkpoints([family])[family])
         if self.dtype == "bfloat16":
             import torch
@@ -219,7 +217,7 @@ class MicroProfile:
         """The unlabeled training stream; identical for every agent of a run (same data seed)."""
         return problem_stream(seed, prefix="train")
 
-    def render(self, problem: Problem, view: str, model: str | None = None) -> Request:
+    def render(self, problem: Problem, view: str, model: str | None = None, prompt: str = "") -> Request:
         return Request(text=render_prompt(problem.text(view)))  # one prompt format for every micro family
 
     @classmethod

@@ -23,7 +23,7 @@ tokens, one per 8 x 8 cell of the scene grid (:mod:`corl_bench.micro.visual`). C
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 IMAGE = 32  # pixels per side of a micro visual scene
 
@@ -31,6 +31,9 @@ IMAGE = 32  # pixels per side of a micro visual scene
 @dataclass(frozen=True)
 class VisualFamily:
     """A micro vision-language family: ``style`` picks the builder, ``text_kwargs`` / ``vision_kwargs`` its sizes."""
+
+    profile: ClassVar[str] = "micro-visual"
+    """the profile that builds and loads this family (a class attribute: not part of the recipe's fingerprint)"""
 
     name: str
     style: str  # "qwen2-vl" | "llava"

@@ -60,7 +60,7 @@ class MicroVisualProfile(MicroProfile):
 
         return visual_stream(seed, prefix="train")
 
-    def render(self, problem: Any, view: str, model: str | None = None) -> Any:
+    def render(self, problem: Any, view: str, model: str | None = None, prompt: str = "") -> Any:
         from corl_bench.micro.vl_warmstart import request
 
         return request(problem, view)  # one prompt format for every family; the codec places the image

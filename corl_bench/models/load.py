@@ -168,9 +168,8 @@ def load_model(ref: str, cache_root: Path | None = None, *, device: str | None =
 
 
 def load_family(name: str) -> tuple[Any, Any]:
-    """A micro family's cached checkpoint, loaded by the profile that builds it, found through the registries
-    (``micro-visual`` for a vision-language family, else ``micro``): this layer imports no profile."""
+    """A registered family's checkpoint, loaded by the profile the family names (``family.profile``), found through
+    the registries: this layer imports no profile."""
     from corl_bench.registries import FAMILIES, PROFILES
 
-    profile = "micro-visual" if getattr(FAMILIES.get(name), "kind", "") == "visual" else "micro"
-    return PROFILES.get(profile)().load(name)
+    return PROFILES.get(FAMILIES.get(name).profile)().load(name)

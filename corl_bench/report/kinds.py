@@ -4,8 +4,8 @@ Public API (no torch):
 
 * :func:`split` ``(results) -> list[(kind, results)]`` - text runs first, then vision-language runs. A run is
   vision-language (:data:`corl_bench.report.cells.VLM`) when one of its benchmarks is (:func:`is_vlm_benchmark`: the
-  paper's multimodal suites, the micro-visual suite, or a registered spec of profile ``micro-visual`` or with an
-  image ``modality``); every other run is text.
+  paper's multimodal suites, or a registered spec with an image ``modality``, e.g. the micro-visual suite); every
+  other run is text.
 * :func:`bench_key` ``(kind)`` - the column order: the paper's, then by name.
 * :func:`shown_benchmarks` ``(kind, benchmarks)`` - the benchmarks a table gets a column for. A vision-language table
   with any of the paper's four multimodal benchmarks shows all four (MathVision, MathVerse, MathVista, We-Math) so it
@@ -76,7 +76,7 @@ def is_vlm_benchmark(bench: str) -> bool:
     spec = spec_info(bench)
     if spec is None:
         return False
-    return (spec.profile or "") == "micro-visual" or spec.modality.lower() in IMAGE_MODALITIES
+    return spec.modality.lower() in IMAGE_MODALITIES
 
 
 def split(results: Sequence[AgentResult]) -> list[tuple[str, tuple[AgentResult, ...]]]:

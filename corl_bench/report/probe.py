@@ -247,24 +247,17 @@ def probe_from_predictions(args: Sequence[str], benchmark: str, *, phase: str = 
 
 
 def probe_items(spec: BenchmarkSpec, data_dir: str | None = None) -> list[Any]:
-    """The benchmark's items: a micro suite (generated) or a data benchmark (local copy or hub)."""
-    from corl_bench.eval.items import Item, build_items
+    """The benchmark's items: a generated suite's from the profile that serves it (found through the registries:
+    reporting imports no profile; the items ask in their original wording), a data benchmark's from its local copy
+    or the hub."""
+    if spec.profile:
+        from corl_bench.registries import PROFILES
 
-    if spec.profile == "micro":  # the suite's problems, asked with their original wording
-        return [Item(b.id, b.problem.text("original"), b.gold) for b in _profile_items(spec)]
-    if spec.profile == "micro-visual":  # items that ask with their drawn scene
-        return _profile_items(spec)
+        return list(PROFILES.get(spec.profile)().benchmark(spec.name))
     from corl_bench.eval.data import load_rows
+    from corl_bench.eval.items import build_items
 
     return build_items(spec, load_rows(spec, data_dir))
-
-
-def _profile_items(spec: BenchmarkSpec) -> list[Any]:
-    """The items of a generated suite, from the profile that owns it (found through the registries: reporting imports
-    no profile)."""
-    from corl_bench.registries import PROFILES
-
-    return PROFILES.get(spec.profile)().suite_items(str(spec.source.suite))
 
 
 def probe_decoding(spec: BenchmarkSpec, *, samples: int = 1, temperature: float = 0.8, greedy: bool = False,

@@ -80,7 +80,6 @@ class AgentHost:
                  families: dict[str, Any] | None = None) -> None:
         import torch
 
-        from corl_bench.profile import load_for
         from corl_bench.registries import PROFILES
         from corl_bench.train.agent import Agent
 
@@ -89,12 +88,11 @@ class AgentHost:
         torch.set_num_threads(max(1, threads))
         torch.manual_seed(cfg.run.seed)  # as the in-process runner does before it builds the agents
         profile = PROFILES.get(cfg.model.profile)(cfg.model)
-        if hasattr(profile, "configure"):
-            profile.configure(cfg)
+        profile.configure(cfg)
         device = spec.device or cfg.model.device
         if device.startswith("cuda:") and os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
             device = "cuda"  # Ray shows the actor only its own GPUs: cuda:N of the cohort names a host device
-        model, tok = load_for(profile, spec.family, device)
+        model, tok = profile.load(spec.family, device)
         self.agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
                            engine_options=dict(cfg.rollout.engine_options), memory=cfg.memory,
                            temperature=cfg.rollout.temperature, auxiliary=auxiliary)

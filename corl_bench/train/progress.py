@@ -93,7 +93,7 @@ class RunProgress:
 
     def warm_start(self, profile: Any, families: list[str]) -> None:
         """Build missing micro checkpoints with one bar per family (no bar when everything is cached)."""
-        missing = profile.missing(families) if hasattr(profile, "missing") else []
+        missing = profile.missing(families)
         if not missing:
             return
         tasks: dict[str, TaskID] = {}

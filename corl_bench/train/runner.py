@@ -17,18 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from corl_bench.config import Config, ConfigError
+from corl_bench.profile import Profile, check_profile_class
 from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
 from corl_bench.registries import RegistryError
 from corl_bench.train.resume import (RESUME_IGNORES, check_resumable, config_diff, find_interrupted,
                                      restore_history as _history, stored_config)
 from corl_bench.train.session import ResourceError, build_agents, default_run_id
 
-__all__ = ["DEFAULT_PROFILE", "Plan", "RESUME_IGNORES", "ResourceError", "_history", "build_agents",
+__all__ = ["Plan", "RESUME_IGNORES", "ResourceError", "_history", "build_agents",
            "check_resumable", "config_diff", "default_run_id", "find_interrupted", "prepare", "resolve", "run",
            "stored_config"]
 
 log = logging.getLogger(__name__)
-DEFAULT_PROFILE = "micro"
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ def _lookup(registry: Any, name: str, field: str) -> Any:
         raise ConfigError(f"{field}: {e}") from None
 
 
+def _default_profile(cfg: Config) -> str:
+    """``model.profile`` when the config leaves it at its default (a cohort of another profile then chooses)."""
+    return type(cfg.model)().profile
+
+
 def _resolve_cohort(cfg: Config) -> tuple[Config, Any]:
     """``cfg`` with its cohort expanded (a registered one looked up) and the profile that cohort runs under, and
     that profile's class; one-line ConfigError for a profile or cohort that is not registered or does not fit."""
@@ -56,13 +61,14 @@ def _resolve_cohort(cfg: Config) -> tuple[Config, Any]:
         if cfg.cohort.paper_row:
             cohort = dataclasses.replace(cohort, paper_row=cfg.cohort.paper_row)
     profile_name = cfg.model.profile
-    if profile_name == DEFAULT_PROFILE and cohort.profile:  # the default profile gives way to the cohort's own
+    if profile_name == _default_profile(cfg) and cohort.profile:  # the default profile gives way to the cohort's
         profile_name = cohort.profile
     if profile_name not in PROFILES:
         raise ConfigError(f"cohort {cohort.name!r} is defined for profile {profile_name!r}, which is not registered "
                           f"({', '.join(repr(n) for n in PROFILES.names())}); pick a cohort of a registered profile "
                           "(corl-bench ls cohorts)")
     profile_cls = _lookup(PROFILES, profile_name, "model.profile")
+    check_profile_class(profile_name, profile_cls)
     if cohort.profile and cohort.profile != profile_name:
         raise ConfigError(f"cohort {cohort.name!r} is defined for profile {cohort.profile!r}, not "
                           f"{profile_name!r}; pick a cohort of that profile (corl-bench ls cohorts)")
@@ -76,20 +82,18 @@ def resolve(cfg: Config) -> Plan:
     """Validate everything that can be checked without training; return the resolved plan. Writes nothing.
 
     ``corl-bench validate`` and ``corl-bench run`` both call this first, so validate refuses what run would."""
-    if cfg.model.profile != DEFAULT_PROFILE:
+    if cfg.model.profile != _default_profile(cfg):
         _lookup(PROFILES, cfg.model.profile, "model.profile")
     method_cls = _lookup(METHODS, cfg.method.name, "method.name")
     cfg, profile_cls = _resolve_cohort(cfg)
     cohort = cfg.cohort
-    defaults = getattr(profile_cls, "default_benchmarks", None)  # optional hook: the profile's own test suites
-    if defaults is not None and cfg.eval.benchmarks == type(cfg.eval)().benchmarks:
-        cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=tuple(defaults())))
+    defaults = profile_cls.default_benchmarks()  # the profile's own test suites, when the config keeps its default
+    if defaults and cfg.eval.benchmarks == type(cfg.eval)().benchmarks:
+        cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=tuple(defaults)))
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
-    notes: list[str] = []
-    fill = getattr(profile_cls, "fill_defaults", None)  # optional hook: the profile's own sizes (hf: a CPU step)
-    if fill is not None:
-        cfg, notes = fill(cfg, method_cls)
+    cfg, filled = profile_cls.fill_defaults(cfg, method_cls)  # the profile's own sizes (hf: a CPU step)
+    notes = list(filled)
     method_cls.check_cohort(cohort.agents, cohort.name)
     _check_paper_row(cohort)
     options = method_cls.parse_options(cfg.method.options)
@@ -107,9 +111,7 @@ def resolve(cfg: Config) -> Plan:
         from corl_bench.train.trackers import check_trackers
 
         check_trackers(cfg.run.trackers)
-    check_data = getattr(profile_cls, "check_data", None)  # optional hook (corl_bench.profile)
-    if check_data is not None:
-        check_data(cfg)
+    profile_cls.check_data(cfg)
     _check_output_dir(Path(cfg.run.output_dir))
     if hasattr(engine_cls, "check_available"):  # optional hook: an engine whose backend is not installed (vllm)
         engine_cls.check_available()
@@ -122,17 +124,14 @@ def resolve(cfg: Config) -> Plan:
         raise ConfigError("LoRA (memory.lora_rank or an agent's lora_rank) needs peft: pip install -c "
                           "constraints-cpu.txt 'peft>=0.11'; or set memory.lora_rank=0")
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
-    check_memory = getattr(profile_cls, "check_memory", None)  # optional hook: does a step fit the devices
-    if check_memory is not None:
-        notes = [*notes, *check_memory(cfg, method_cls)]
+    notes = [*notes, *profile_cls.check_memory(cfg, method_cls)]  # does a step fit the devices
     return Plan(cfg, method_cls, options, tuple(notes))
 
 
 def _takes_images(profile_cls: Any, agent: Any) -> bool | None:
     """Whether the agent's model takes images (the profile's ``takes_images`` hook; None: not known before it is
     downloaded), else the profile's ``images`` attribute."""
-    hook = getattr(profile_cls, "takes_images", None)
-    return hook(agent) if hook is not None else bool(getattr(profile_cls, "images", False))
+    return profile_cls.takes_images(agent)
 
 
 def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
@@ -230,9 +229,9 @@ def prepare(cfg: Config) -> Plan:
     cfg = plan.config
     torch.set_num_threads(cfg.model.threads or (os.cpu_count() or 1))
     torch.manual_seed(cfg.run.seed)
-    fetch = getattr(PROFILES.get(cfg.model.profile), "fetch", None)  # optional hook: download before writing
-    if fetch is not None:
-        fetch(cfg)
+    profile_cls = PROFILES.get(cfg.model.profile)
+    if profile_cls.fetch is not Profile.fetch:  # the profile downloads models: fetch, then check their kinds
+        profile_cls.fetch(cfg)
         plan = resolve(cfg)
     return plan
 

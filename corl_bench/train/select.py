@@ -144,7 +144,7 @@ def check_selection(cfg: Any, profile_cls: Any, n_agents: int) -> Optional[str]:
     if rule in ("dev", "label-free"):
         if bench is None:
             raise ConfigError(f"eval.select={rule} needs a held-out dev split but profile "
-                              f"{getattr(profile_cls, 'name', profile_cls)!r} names none; use eval.select=final "
+                              f"{profile_cls.name!r} names none; use eval.select=final "
                               "(or test-oracle, which selects on the test set)")
         if bench in ev.benchmarks:
             raise ConfigError(f"eval.select={rule}: the dev split {bench} is also in eval.benchmarks, so it would "

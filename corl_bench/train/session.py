@@ -60,11 +60,10 @@ def default_run_id(cfg: Any) -> str:
 def build_agents(plan: Any, profile: Any) -> list[Any]:
     """The run's agents in this process, each with its model loaded on its device (the profile has prepared the
     models). Everything ``resolve`` accepted gets through here (``tests/test_validate_matrix_on_cpu.py``)."""
-    from corl_bench.profile import load_for
     from corl_bench.train.agent import Agent
 
     cfg = plan.config
-    return [Agent(spec, *load_for(profile, spec.family, spec.device or cfg.model.device), cfg.grpo,
+    return [Agent(spec, *profile.load(spec.family, spec.device or cfg.model.device), cfg.grpo,
                   backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
                   engine_options=dict(cfg.rollout.engine_options), temperature=cfg.rollout.temperature,
                   auxiliary=plan.method_cls.auxiliary, memory=cfg.memory)
@@ -153,8 +152,7 @@ class Session:
     def __enter__(self) -> "Session":
         self.write(status="running")
         self.profile = PROFILES.get(self.cfg.model.profile)(self.cfg.model)
-        if hasattr(self.profile, "configure"):  # optional hook: the run's data and benchmarks (corl_bench.profile)
-            self.profile.configure(self.cfg)
+        self.profile.configure(self.cfg)  # the run's data and benchmarks (corl_bench.profile)
         return self
 
     def __exit__(self, kind: Any, exc: Optional[BaseException], tb: Any) -> bool:
@@ -225,8 +223,6 @@ class Session:
 
     def _decontaminate(self) -> None:
         """The profile's contamination check, before the first training problem is drawn (recorded in run.json)."""
-        if not hasattr(self.profile, "decontaminate"):
-            return
         against = {b: items for b, (_, items) in self.benches.items()}
         if self.selector.split:  # the dev split chooses the checkpoint: it must not be trained on either
             against[self.selector.benchmark] = self.selector.items
@@ -325,7 +321,7 @@ class Session:
 
     def evaluate_final(self) -> None:
         """The final phase, the checkpoint eval.select chooses, and the final weights (run.save_checkpoints)."""
-        reph = self.profile.rephraser() if hasattr(self.profile, "rephraser") else None  # hf: the rephrased view
+        reph = self.profile.rephraser()  # hf: the model that rephrased the training problems (None elsewhere)
         if reph is not None:
             self.record = self.record.replace(rephrase={"model": reph.model_ref, "cache": str(reph.dir),
                                                         **reph.stats})
