@@ -140,7 +140,7 @@ def main() -> int:
     if not (args.analyse_only or args.runs_from):
         for line in describe(run_sweep(spec)):
             logging.warning("sweep %s: %s", spec.name, line)
-    sweep_dir, out = args.runs_from or Path(spec.output_dir), args.out
+    sweep_dir, out = args.runs_from or spec.results_dir, args.out  # the kept cells when the sweep keeps them
     runs_dir = sweep_dir / "runs"
     out.mkdir(parents=True, exist_ok=True)
 

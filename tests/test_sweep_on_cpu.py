@@ -114,3 +114,23 @@ def test_a_cell_claimed_by_another_worker_is_left_to_it(tmp_path):
     assert "threads: 1" in config
     again = run_sweep(spec, threads=1)  # the claim is free now: the cell runs, the finished one is skipped
     assert again["finished"] == ["ttrl-tiny-one-s0"] and again["ran"] == ["ttrl-tiny-two-s0"]
+
+
+def test_a_kept_grid_resumes_on_another_machine_and_tables_read_it_without_weights(tmp_path):
+    import shutil
+
+    from corl_bench.report.collect import collect_results
+
+    keep = tmp_path / "tracked" / "study"
+    spec = load_sweep(write_sweep(tmp_path, methods=["ttrl"], cohorts=["tiny-one"], keep=str(keep)))
+    assert run_sweep(spec)["ran"] == ["ttrl-tiny-one-s0"]
+    kept = keep / "runs" / "ttrl-tiny-one-s0"
+    assert not (kept / "checkpoints").exists() and not list(kept.rglob("*.safetensors"))
+    assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "env.json", "eval", "metrics.jsonl", "run.json",
+                                                      "samples.jsonl"]
+    original = collect_results(Path(spec.output_dir))
+    shutil.rmtree(spec.output_dir)  # a fresh clone: only the tracked folder is there
+    again = run_sweep(spec)
+    assert again["finished"] == ["ttrl-tiny-one-s0"] and not again["ran"]
+    assert not (Path(spec.output_dir) / "runs" / "ttrl-tiny-one-s0").exists()
+    assert repr(collect_results(keep)) == repr(original).replace(str(spec.output_dir), str(keep))

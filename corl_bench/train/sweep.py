@@ -19,6 +19,12 @@ Several workers may share one grid: start the same sweep in two shells (on a 2-c
 each, which for the micro models gives more throughput than one worker with two threads). A worker claims a cell
 (an ``flock`` on ``<output_dir>/.claims/<run id>.lock``, released even on SIGKILL) before running it; a cell
 claimed by another worker is reported as running elsewhere and left to it.
+
+``keep: <folder>`` (optional; e.g. a folder under ``results/`` that git tracks) makes a grid survive the machine: every
+finished cell is copied to ``<keep>/runs/<run id>/`` without its ``checkpoints/`` (weights and optimiser state: the
+metrics, samples, predictions, config and run.json stay, which is all tables and reports read), and a cell found
+finished there counts as finished. Commit the folder and the sweep resumes on another machine with the cells that
+are still missing; ``corl-bench table -r <keep>`` and the study scripts regenerate everything from it.
 """
 
 from __future__ import annotations
@@ -61,6 +67,13 @@ class SweepSpec:
     seeds: tuple[int, ...] = (0,)
     set: dict[str, Any] = field(default_factory=dict)
     cells: tuple[dict[str, Any], ...] = ()
+    keep: str = ""
+    """a folder that keeps every finished cell without its checkpoints (module docstring); "" = none"""
+
+    @property
+    def results_dir(self) -> Path:
+        """Where the finished cells are read from by tables and studies: ``keep`` when set, else ``output_dir``."""
+        return Path(self.keep or self.output_dir)
 
 
 def load_sweep(path: Path) -> SweepSpec:
@@ -72,7 +85,7 @@ def load_sweep(path: Path) -> SweepSpec:
         raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a sweep is a mapping with methods, cohorts and seeds")
-    valid = {"name", "output_dir", "methods", "cohorts", "seeds", "set", "cells"}
+    valid = {"name", "output_dir", "methods", "cohorts", "seeds", "set", "cells", "keep"}
     unknown = sorted(set(raw) - valid)
     if unknown:
         raise ConfigError(f"{path}: {unknown[0]!r} is not a sweep field; valid: {', '.join(sorted(valid))}")
@@ -99,7 +112,8 @@ def load_sweep(path: Path) -> SweepSpec:
                               "tag: budget-matched so its runs get their own id and table row")
     return SweepSpec(name=name, output_dir=str(raw.get("output_dir") or f"results/sweeps/{name}"),
                      methods=tuple(raw.get("methods", [])), cohorts=tuple(raw.get("cohorts", [])),
-                     seeds=tuple(seeds), set=dict(raw.get("set", {})), cells=tuple(cells))
+                     seeds=tuple(seeds), set=dict(raw.get("set", {})), cells=tuple(cells),
+                     keep=str(raw.get("keep") or ""))
 
 
 def cell_config(spec: SweepSpec, cell: Cell) -> Any:
@@ -137,9 +151,11 @@ def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
 
 
 def cell_status(spec: SweepSpec, cell: Cell) -> str:
-    """finished | interrupted | new"""
+    """finished (under ``output_dir`` or ``keep``) | interrupted | new"""
     from corl_bench.results import RunDir
 
+    if spec.keep and _finished(Path(spec.keep) / "runs" / cell.run_id):
+        return "finished"  # kept (possibly on another machine)
     run = RunDir(Path(spec.output_dir) / "runs" / cell.run_id)
     if not run.is_run():
         return "new"
@@ -147,6 +163,36 @@ def cell_status(spec: SweepSpec, cell: Cell) -> str:
         return "finished" if run.record().finished else "interrupted"
     except (OSError, ValueError):
         return "interrupted"
+
+
+def _finished(path: Path) -> bool:
+    from corl_bench.results import RunDir
+
+    run = RunDir(path)
+    try:
+        return run.is_run() and run.record().finished
+    except (OSError, ValueError):
+        return False
+
+
+def keep_cell(spec: SweepSpec, cell: Cell) -> Path | None:
+    """Copy a finished cell into ``<keep>/runs/<run id>`` without ``checkpoints/`` (atomically: a copy beside it,
+    then a rename); None when the sweep keeps nothing or the cell is not finished under ``output_dir``."""
+    import shutil
+
+    src = Path(spec.output_dir) / "runs" / cell.run_id
+    if not spec.keep or not _finished(src):
+        return None
+    dest = Path(spec.keep) / "runs" / cell.run_id
+    if dest.resolve() == src.resolve():
+        return dest
+    tmp = dest.parent / f".tmp-{cell.run_id}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("checkpoints", ".lock"))
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    return dest
 
 
 @contextlib.contextmanager
@@ -222,6 +268,7 @@ def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: 
     if on_cell is not None:
         on_cell(cell, status)
     if status == "finished":
+        keep_cell(spec, cell)  # a cell finished before the sweep kept anything (or kept elsewhere: a no-op)
         out["finished"].append(cell.run_id)
         return
     run_dir = Path(spec.output_dir) / "runs" / cell.run_id
@@ -234,6 +281,7 @@ def _run_cell(spec: SweepSpec, cell: Cell, out: dict[str, list[str]], progress: 
         log.error("sweep cell %s failed: %s", cell.run_id, e)
         out["failed"].append(cell.run_id)
     else:
+        keep_cell(spec, cell)
         out["resumed" if status == "interrupted" else "ran"].append(cell.run_id)
 
 
