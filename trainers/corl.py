@@ -13,6 +13,16 @@ grader; on the micro profile's integer answers the two agree.
 Option ``supervision: peer-majority`` (a control, not the paper) labels agent n with the strict majority of all
 its peers' votes (ties unlabeled), the rule of the release's unused ``_peer_majority_vote`` helper; it is also
 registered as its own method, ``corl-peer-majority`` (three or more agents), so it gets its own rows in tables.
+
+``corl-frozen-peer`` (a control, not in the paper): every agent learns from the votes of its peer's *initial*
+model, which never changes. Co-RL's claim has two parts that one comparison cannot separate: labels come from a
+*different* model, and the peers *improve together*. Here each agent keeps a frozen copy of its starting weights (an
+auxiliary model that is never updated) that samples its own K rollouts per prompt every step (its own seed stream,
+through the same rollout engine); agent n is rewarded exactly as in Co-RL (the ring, math-verify equivalence, a peer
+without a vote labels nothing) by agreement with the plurality vote of agent n-1's *frozen* rollouts. Both agents
+train in one run, each on a fixed teacher of the other family; the policies' own rollouts label nothing, so Co-RL
+minus this control is what co-evolution adds. Cost: K generations per prompt from each frozen copy (generation
+doubles) and one extra model copy per agent; the frozen copy is not the KL anchor.
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from corl_bench.method import METHODS, AgentRewards, Method, RewardInput, is_equivalent, plurality_vote
+from corl_bench.method import (METHODS, AgentRewards, AgentRollouts, AuxiliaryModel, Method, RewardInput,
+                               is_equivalent, plurality_vote)
 
 
 @dataclass(frozen=True)
@@ -67,10 +78,17 @@ class CoRL(Method):
         (top, c), *rest = counts.most_common()
         return top if c * 2 > len(votes) else None  # strict majority of all peers, ties unlabeled
 
+    def votes(self, voters: dict[str, AgentRollouts]) -> dict[str, list[str | None]]:
+        """agent -> [P] the plurality vote of its rollouts in ``voters`` (None: no vote above the threshold)."""
+        return {name: [plurality_vote(ans, self.options.threshold).label for ans in ro.answers]
+                for name, ro in voters.items()}
+
     def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
+        return self.rewards_from(batch, self.votes(batch.rollouts))
+
+    def rewards_from(self, batch: RewardInput, votes: dict[str, list[str | None]]) -> dict[str, AgentRewards]:
+        """Each agent's rollouts rewarded against its teachers' ``votes`` (the ring or the peer majority)."""
         k = batch.samples_per_prompt
-        votes = {name: [plurality_vote(ans, self.options.threshold).label for ans in ro.answers]
-                 for name, ro in batch.rollouts.items()}
         out = {}
         for name, peers in self.teachers().items():
             ro = batch.rollouts[name]
@@ -100,3 +118,30 @@ class CoRLPeerMajority(CoRL):
     extra_cost = "none (agents exchange answers only)"
     reference = "control (not in the paper); DrStranded/Co-RL co_label_utils.py _peer_majority_vote (unused there)"
     Options = CoRLPeerMajorityOptions
+
+
+FROZEN = "frozen-peer"
+
+
+@METHODS.register("corl-frozen-peer", aliases=("frozen-peer",))
+class CoRLFrozenPeer(CoRL):
+    """Control: Co-RL whose labels come from the peers' frozen initial models (no co-evolution)."""
+
+    name = "corl-frozen-peer"
+    label = "Co-RL frozen peer"
+    kind = "control"
+    cohort_labels = {"same-family": "same family", "cross-family": "cross-family"}
+    table_order = 75
+    auxiliary = (AuxiliaryModel(FROZEN, generates=True, kl_reference=False, seed_salt=2_000),)
+    extra_cost = "K generations per prompt from each agent's frozen initial copy (2x generation); one model copy each"
+    reference = "control (not in the paper): Co-RL (DrStranded/Co-RL co_rl_trainer.py) with the peers' votes frozen"
+
+    def auxiliary_update(self, name: str, step: int, total_steps: int) -> float:
+        return 0.0  # never moves: the trainer skips the update, the copy stays bit-identical to the start
+
+    def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
+        frozen = (batch.auxiliary_rollouts or {}).get(FROZEN)
+        if frozen is None:
+            raise RuntimeError("corl-frozen-peer needs its frozen copies' rollouts; the trainer generates them for "
+                               "auxiliary models that generate")
+        return self.rewards_from(batch, self.votes(frozen))
