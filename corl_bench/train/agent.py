@@ -1,7 +1,8 @@
 """An agent: one model with its own tokenizer, optimizer, rollout engine, auxiliary models and sampling seed.
 
-The controller talks to an agent only through calls whose arguments and results are plain, picklable data, so an
-agent can live in another process (a Ray actor owning its own GPUs) without any method or the trainer changing:
+The controller talks to an agent only through the calls of :class:`corl_bench.train.boundary.AgentHandle`, whose
+arguments and results are plain, picklable data, so an agent can live in another process (a Ray actor owning its own
+GPUs) without any method or the trainer changing:
 
     generate(requests, params, model="policy") -> [[Completion]]   rollouts of the policy or an auxiliary model
     score(samples) -> SampleStats       the training forward pass over (request, completion) samples; returns the
@@ -10,7 +11,9 @@ agent can live in another process (a Ray actor owning its own GPUs) without any 
                                         its samples to the same update (a method's extra samples)
     update(advantages, max_len) -> UpdateStats    one GRPO step on the scored samples (one advantage each)
     update_auxiliary(name, alpha)       EMA of an auxiliary model toward the policy (Co-rewarding-II's teacher)
-    state_dict() / load_state_dict()    everything a bit-identical resume needs (weights, AdamW, auxiliary models)
+    discard()                           drop what was scored (a step that failed before its update)
+    checkpoint(dir) / restore(dir)      everything a bit-identical resume needs (weights, AdamW, auxiliary models),
+                                        written to and read from dir/agent-<name>.pt by the agent itself
     save(path)                          the policy as a save_pretrained folder (LoRA adapters merged)
 
 Memory (``MemoryConfig``, the config's ``memory:`` section, all off by default): ``micro_batch`` splits score() and
@@ -39,10 +42,10 @@ from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, make
 from corl_bench.rollout.encode import Encoded, Processor, encode
 from corl_bench.train import grpo, prefix
 from corl_bench.train import memory as memops
+from corl_bench.train.boundary import POLICY, checkpoint_file
+from corl_bench.train.checkpoint import save_synced
 
 log = logging.getLogger(__name__)
-
-POLICY = "policy"
 
 
 class NumericalError(RuntimeError):
@@ -529,8 +532,17 @@ class Agent:
         return self.step(fwd, adv, max_len=max_len)
 
     # ------------------------------------------------------------------ persistence
+    def checkpoint(self, directory: Path) -> None:
+        """:meth:`state_dict` written (``torch.save``, fsynced) to ``directory/agent-<name>.pt`` from this process."""
+        save_synced(self.state_dict(), checkpoint_file(directory, self.name))
+
+    def restore(self, directory: Path) -> None:
+        """:meth:`load_state_dict` of what :meth:`checkpoint` wrote into ``directory``."""
+        self.load_state_dict(torch.load(checkpoint_file(directory, self.name), weights_only=False))
+
     def state_dict(self) -> dict[str, Any]:
-        """Policy weights, AdamW state, the KL reference and the other auxiliary models (for checkpoints)."""
+        """Policy weights, AdamW state, the KL reference and the other auxiliary models (in-process; the
+        controller reaches them only through :meth:`checkpoint` / :meth:`restore`)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "reference": self.reference.state_dict() if self.reference is not None else None,
                 "auxiliary": {n: m.state_dict() for n, m in self.auxiliary.items() if m is not self.reference}}
