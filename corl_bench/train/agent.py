@@ -38,11 +38,11 @@ import torch
 
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig, MemoryConfig
-from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, make_engine
+from corl_bench.rollout import Completion, Prompt, SamplingParams, make_engine
 from corl_bench.rollout.encode import Encoded, Processor, encode
 from corl_bench.train import grpo, prefix
 from corl_bench.train import memory as memops
-from corl_bench.train.boundary import POLICY, checkpoint_file
+from corl_bench.train.boundary import POLICY, SampleStats, TrainSample, UpdateStats, checkpoint_file
 from corl_bench.train.checkpoint import save_synced
 
 log = logging.getLogger(__name__)
@@ -67,33 +67,6 @@ def check_finite(values: Any, quantity: str, agent: str, step: int | None = None
     if t.numel() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
         raise NumericalError(quantity, agent, step, f"{bad} of {t.numel()} values")
-
-
-@dataclass(frozen=True)
-class TrainSample:
-    """One sequence an agent trains on: the request and the completion that answers it."""
-
-    request: Request
-    completion: Completion
-
-
-@dataclass(frozen=True)
-class SampleStats:
-    """Detached per-sample statistics of the policy from the training forward pass (one value per sample)."""
-
-    entropy: list[float]  # mean token entropy of softmax(logits / T) over the response
-    self_certainty: list[float]  # mean token KL(U || p) over the response
-
-
-@dataclass(frozen=True)
-class UpdateStats:
-    loss: float
-    pg_loss: float
-    kl: float
-    clip_fraction: float
-    grad_norm: float
-    entropy: float  # mean token entropy of the policy on its own completions (at the rollout temperature)
-    n_tokens: int
 
 
 @dataclass

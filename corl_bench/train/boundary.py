@@ -11,26 +11,58 @@ lives; :meth:`AgentHandle.checkpoint` writes them from there and :meth:`AgentHan
 actors.AgentHost`), its controller-side handle and the tests' pickling proxies all read it, so a new call is added
 in one place (here, and on :class:`~corl_bench.train.agent.Agent`, which a test checks against the protocol).
 
-Nothing here imports torch: the result types are only named for type checkers.
+The small result types (:class:`TrainSample`, :class:`SampleStats`, :class:`UpdateStats`) live here too;
+:mod:`corl_bench.train.agent` re-exports them. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from corl_bench.config import AgentSpec
-    from corl_bench.rollout import Completion, Prompt, SamplingParams
-    from corl_bench.train.agent import SampleStats, TrainSample, UpdateStats
+    from corl_bench.rollout import Completion, Prompt, Request, SamplingParams
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BOUNDARY", "AgentGroup", "AgentHandle", "Submitting", "boundary_calls", "checkpoint_file"]
+__all__ = ["BOUNDARY", "AgentGroup", "AgentHandle", "SampleStats", "Submitting", "TrainSample", "UpdateStats",
+           "boundary_calls", "checkpoint_file"]
 
 POLICY = "policy"
 T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------- the plain data that crosses
+@dataclass(frozen=True)
+class TrainSample:
+    """One sequence an agent trains on: the request and the completion that answers it."""
+
+    request: Request
+    completion: Completion
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """Detached per-sample statistics of the policy from the training forward pass (one value per sample)."""
+
+    entropy: list[float]  # mean token entropy of softmax(logits / T) over the response
+    self_certainty: list[float]  # mean token KL(U || p) over the response
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    """Scalar statistics of one optimiser step (the losses are means over the update's samples / tokens)."""
+
+    loss: float
+    pg_loss: float
+    kl: float
+    clip_fraction: float
+    grad_norm: float
+    entropy: float  # mean token entropy of the policy on its own completions (at the rollout temperature)
+    n_tokens: int
 
 
 def checkpoint_file(directory: Path, name: str) -> Path:

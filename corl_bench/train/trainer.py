@@ -31,8 +31,8 @@ from corl_bench.profile import render_for, stop_for
 from corl_bench.results import RunDir, append_jsonl
 from corl_bench.rollout import Completion, Prompt, SamplingParams, as_request, prompt_text
 from corl_bench.train import grpo
-from corl_bench.train.agent import NumericalError, TrainSample, check_finite
-from corl_bench.train.boundary import AgentGroup, AgentHandle
+from corl_bench.train.agent import NumericalError, check_finite
+from corl_bench.train.boundary import AgentGroup, AgentHandle, TrainSample
 from corl_bench.train.diagnostics import agent_diagnostics
 
 log = logging.getLogger(__name__)
