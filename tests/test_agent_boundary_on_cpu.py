@@ -1,10 +1,13 @@
 """The agent boundary is plain data: whole training steps with every agent behind a proxy that pickles every argument,
 result and exception (as a call to another process or a Ray actor would) give results identical to in-process agents,
-for every built-in method — and checkpoints written and restored through the proxy resume bit-identically."""
+for every built-in method — and checkpoints written and restored through the proxy (each agent writing its own file)
+resume bit-identically. The proxy, the Ray handle and the actor all take their call list from one protocol,
+:class:`corl_bench.train.boundary.AgentHandle`, which :class:`corl_bench.train.agent.Agent` satisfies."""
 
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
 from pathlib import Path
 
@@ -18,11 +21,10 @@ from corl_bench.profile import Profile as BaseProfile
 from corl_bench.registries import METHODS
 from corl_bench.rollout import Request
 from corl_bench.train.agent import Agent, NumericalError
+from corl_bench.train.boundary import BOUNDARY, AgentGroup, AgentHandle, boundary_calls
 from corl_bench.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from corl_bench.train.trainer import Trainer
 
-BOUNDARY = frozenset({"generate", "score", "update", "update_auxiliary", "discard", "state_dict", "load_state_dict",
-                      "save"})
 STEPS = 2
 
 
@@ -61,7 +63,7 @@ class Profile(BaseProfile):
 
 
 CELLS = {"gt-reward": 1, "ttrl": 1, "rent": 1, "intuitor": 1, "co-rewarding-ii": 1, "random-reward": 1, "corl": 2,
-         "corl-peer-majority": 3, "comas": 2}
+         "corl-peer-majority": 3, "comas": 2, "corl-frozen-peer": 2}
 OPTIONS = {"comas": "{score_parser: fork, score_max_tokens: 4}"}
 
 
@@ -98,7 +100,8 @@ def _run(method: str, agents, cfg, run_dir: Path, steps=range(STEPS)) -> list:
 
 
 def _weights(agents) -> list[dict[str, torch.Tensor]]:
-    return [a.state_dict()["model"] for a in agents]
+    """The policy weights of in-process agents or of the agents behind proxies (read by the test, not the trainer)."""
+    return [getattr(a, "_agent", a).state_dict()["model"] for a in agents]
 
 
 @pytest.mark.parametrize("method", list(CELLS))
@@ -113,8 +116,10 @@ def test_training_steps_through_a_pickling_proxy_equal_in_process_agents(method,
     for a, b in zip(_weights(plain), _weights(proxies)):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert {"generate", "score", "update"} <= set(proxies[0].calls)
-    if METHODS.get(method).auxiliary:
-        assert "update_auxiliary" in proxies[0].calls
+    cls = METHODS.get(method)
+    rule = cls(cls.parse_options(cfg.method.options), [a.spec for a in plain])
+    updated = any(rule.auxiliary_update(aux.name, 0, STEPS) for aux in cls.auxiliary)
+    assert ("update_auxiliary" in proxies[0].calls) == updated  # a frozen auxiliary (corl-frozen-peer) is never sent one
 
 
 class Deferred:
@@ -166,6 +171,54 @@ def test_checkpoints_through_the_proxy_resume_bit_identically(method, tiny_qwen,
     assert {a: dict(m) for a, m in got.metrics.items()} == expected[1][0]
     for a, b in zip(_weights(whole), _weights(second)):
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_boundary_is_the_protocol_s_calls_and_the_agent_satisfies_it(tiny_qwen, tmp_path):
+    assert BOUNDARY == boundary_calls(AgentHandle) == ("generate", "score", "update", "update_auxiliary", "discard",
+                                                       "checkpoint", "restore", "save")
+    assert "state_dict" not in BOUNDARY and "load_state_dict" not in BOUNDARY  # state stays where the agent lives
+    model, tok = tiny_qwen
+    agent = _agents("ttrl", model, tok, _config("ttrl", tmp_path))[0]
+    assert isinstance(agent, AgentHandle) and isinstance(PicklingProxy(agent), AgentHandle)
+    for call in BOUNDARY:  # same parameters (names, kinds, defaults) as the protocol declares
+        want = list(inspect.signature(getattr(AgentHandle, call)).parameters.values())
+        got = list(inspect.signature(getattr(Agent, call)).parameters.values())
+        assert [(p.name, p.kind, p.default) for p in got] == [(p.name, p.kind, p.default) for p in want], call
+        assert getattr(AgentHandle, call).__doc__, f"AgentHandle.{call} is undocumented"
+    assert all(callable(getattr(AgentGroup, call)) for call in BOUNDARY)  # the group makes every call
+
+
+def test_the_ray_handle_and_the_actor_take_the_protocol_s_calls():
+    from corl_bench.train import actors
+
+    assert actors.BOUNDARY is BOUNDARY
+    handle = actors.RayAgent(handle=None, spec=AgentSpec(name="a0", family="qwen2-bpe"), tokenizer=None)
+    assert isinstance(handle, AgentHandle)
+    for call in ("state_dict", "load_state_dict", "model"):
+        with pytest.raises(AttributeError, match="not part of the agent boundary|" + call):
+            getattr(handle, call)
+        with pytest.raises(AttributeError, match="not part of the agent boundary"):
+            handle.submit(call)
+    host = actors.AgentHost.__new__(actors.AgentHost)  # no model: the refusal comes first
+    with pytest.raises(AttributeError, match="not part of the agent boundary"):
+        host.call("state_dict", (), {})
+
+
+def test_a_checkpoint_is_written_by_the_agent_in_the_file_the_run_layout_names(tiny_qwen, tmp_path):
+    model, tok = tiny_qwen
+    cfg = _config("co-rewarding-ii", tmp_path)
+    agent = _agents("co-rewarding-ii", model, tok, cfg)[0]
+    proxy = PicklingProxy(agent)
+    proxy.checkpoint(tmp_path)
+    assert proxy.calls == ["checkpoint"]
+    saved = torch.load(tmp_path / "agent-a0.pt", weights_only=False)  # what Agent.state_dict() was saved as
+    assert saved.keys() == agent.state_dict().keys()
+    assert all(torch.equal(saved["model"][k], v) for k, v in agent.state_dict()["model"].items())
+    other = _agents("co-rewarding-ii", model, tok, cfg)[0]
+    with torch.no_grad():
+        next(other.model.parameters()).add_(1.0)
+    PicklingProxy(other).restore(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(agent.model.parameters(), other.model.parameters()))
 
 
 def test_a_numerical_error_crosses_the_boundary_with_its_fields():

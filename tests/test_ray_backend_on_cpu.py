@@ -1,6 +1,7 @@
 """``run.backend=ray`` on a local Ray (CPU): one actor per agent gives metrics, samples, predictions and weights
 identical to the in-process backend; a Ray run killed with SIGKILL resumes from its checkpoint to the same end; the
-sweep runs its cells as Ray tasks with the same results as one process."""
+sweep runs its cells as Ray tasks with the same results as one process; no tensor of model or optimiser state reaches
+the controller during a Ray run with checkpoints (the actors write and read them)."""
 
 from __future__ import annotations
 
@@ -140,3 +141,80 @@ def test_sweep_cells_as_ray_tasks_equal_the_plain_sweep(root):
         assert fingerprint_diff(run_fingerprint(a), run_fingerprint(b)) == []
     again = run_sweep(spec("onray"), ray_address="")  # finished cells are not rerun
     assert sorted(again["finished"]) == sorted(on_ray["ran"]) and not again["ran"]
+
+
+def _tensors(obj, where: str = "", seen: set | None = None, depth: int = 0) -> list[str]:
+    """Where in ``obj`` a torch tensor or a NumPy array sits (containers, dataclasses and objects' attributes
+    searched, each object once)."""
+    import dataclasses as dc
+
+    import numpy as np
+    import torch
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 12 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        return [f"{where}: {type(obj).__name__} {tuple(obj.shape)}"]
+    if isinstance(obj, dict):
+        items = [(f"{where}[{k!r}]", v) for k, v in obj.items()] + [(f"{where}.key", k) for k in obj]
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        items = [(f"{where}[{i}]", v) for i, v in enumerate(obj)]
+    elif dc.is_dataclass(obj) and not isinstance(obj, type):
+        items = [(f"{where}.{f.name}", getattr(obj, f.name)) for f in dc.fields(obj)]
+    else:
+        items = [(f"{where}.{k}", v) for k, v in getattr(obj, "__dict__", {}).items()]
+    return [hit for w, v in items for hit in _tensors(v, w, seen, depth + 1)]
+
+
+def test_no_tensor_of_model_or_optimiser_state_reaches_the_controller(root, monkeypatch):
+    """A Ray run with a checkpoint after every step, then its last checkpoint restored into fresh actors: every
+    object the controller gets from an actor (``ray.get``) and every call it sends (``RayAgent.submit``) holds no
+    tensor at all; the actors wrote their own checkpoint files, and the restored agents hold the run's final
+    weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    from corl_bench.results import RunDir
+    from corl_bench.train import actors
+    from corl_bench.train.boundary import AgentGroup
+    from corl_bench.train.checkpoint import latest_checkpoint, load_checkpoint
+    from corl_bench.train.runner import resolve, run
+
+    assert _tensors({"optimizer": [{"state": {0: {"exp_avg": torch.zeros(2)}}}]}) != []  # the search finds them
+    received, sent = [], []
+    real_get, real_submit = ray.get, actors.RayAgent.submit
+
+    def get(*args, **kwargs):
+        out = real_get(*args, **kwargs)
+        received.append(out)
+        return out
+
+    def submit(self, method, *args, **kwargs):
+        sent.append((method, args, kwargs))
+        return real_submit(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "get", get)
+    monkeypatch.setattr(actors.RayAgent, "submit", submit)
+    cfg = load_config(None, _sets(root, "watched", "ray") + ["run.steps=2"])
+    run_dir = run(cfg)
+    checkpoint = latest_checkpoint(run_dir)
+    assert checkpoint is not None and checkpoint.name == "step-000002"
+    assert {p.name for p in checkpoint.glob("agent-*.pt")} == {"agent-a0.pt", "agent-a1.pt"}
+    assert {"generate", "score", "update", "checkpoint", "save"} <= {m for m, _, _ in sent}
+
+    plan = resolve(cfg)
+    agents = actors.start_agents(plan.config, plan.method_cls.auxiliary)
+    try:
+        load_checkpoint(checkpoint, agents)
+        AgentGroup(agents).save({a.name: root / "restored" / a.name for a in agents})
+    finally:
+        actors.stop_agents(agents)
+    assert "restore" in {m for m, _, _ in sent} and len(received) > 10
+    assert _tensors(received, "received") == []
+    assert _tensors(sent, "sent") == []
+    for name in ("a0", "a1"):
+        final = load_file(RunDir(run_dir).final_checkpoint(name) / "model.safetensors")
+        restored = load_file(root / "restored" / name / "model.safetensors")
+        assert final.keys() == restored.keys() and all(torch.equal(final[k], restored[k]) for k in final)

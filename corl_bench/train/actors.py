@@ -2,18 +2,21 @@
 
 Each actor builds its agent where it runs (the model is loaded on the actor's node, on the devices Ray reserved for
 it: ``run.gpus_per_agent`` / ``run.cpus_per_agent``, or a cohort agent's own ``gpus`` / ``cpus``), so weights never
-travel through the controller. The controller holds a :class:`RayAgent` per actor: the agent boundary of
-:mod:`corl_bench.train.agent` (``generate``, ``score``, ``update``, ``update_auxiliary``, ``discard``,
-``state_dict``, ``load_state_dict``, ``save``) as blocking calls, plus :meth:`RayAgent.submit` which starts a call
-and returns at once. The trainer (:func:`corl_bench.train.trainer.each`) submits a phase to every agent before it
-waits for any, so the rollouts, forward passes and updates of all agents run at the same time; what crosses is
-requests, completions (token ids, log-probs, text), advantages and statistics.
+travel through the controller. The controller holds a :class:`RayAgent` per actor: the calls of
+:class:`corl_bench.train.boundary.AgentHandle` (:data:`~corl_bench.train.boundary.BOUNDARY`: ``generate``,
+``score``, ``update``, ``update_auxiliary``, ``discard``, ``checkpoint``, ``restore``, ``save``) as blocking calls,
+plus :meth:`RayAgent.submit` which starts a call and returns at once. The trainer's
+:class:`~corl_bench.train.boundary.AgentGroup` submits a phase to every agent before it waits for any, so the
+rollouts, forward passes and updates of all agents run at the same time; what crosses is requests, completions
+(token ids, log-probs, text), advantages, statistics and folder names. Checkpoints are written and read by each
+actor itself (``checkpoint(dir)`` / ``restore(dir)``): weights and optimiser state never reach the controller.
 
 Everything an agent computes is the same as in one process: each actor seeds torch with ``run.seed`` as the
 in-process runner does, and every agent's sampling has its own seed, so metrics, predictions and weights equal
 those of ``run.backend=local`` (tested). Multi-node: ``ray start --head`` on one machine, ``ray start
 --address=<head>:6379`` on the others (each with corl-bench installed and the results directory on a shared
-filesystem), then ``corl-bench run ... --set run.backend=ray`` on the head.
+filesystem: the actors write their checkpoints there), then ``corl-bench run ... --set run.backend=ray`` on the
+head.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import logging
 import os
 from typing import Any, Sequence
+
+from corl_bench.train.boundary import BOUNDARY
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +103,9 @@ class AgentHost:
                            temperature=cfg.rollout.temperature, auxiliary=auxiliary)
 
     def call(self, method: str, args: tuple, kwargs: dict) -> Any:
+        """The agent's boundary call ``method`` (one of :data:`BOUNDARY`), made in this actor."""
+        if method not in BOUNDARY:
+            raise AttributeError(f"{method} is not part of the agent boundary ({', '.join(BOUNDARY)})")
         return getattr(self.agent, method)(*args, **kwargs)
 
     def tokenizer(self) -> Any:
@@ -129,11 +137,10 @@ class Pending:
             raise
 
 
-BOUNDARY = ("generate", "score", "update", "update_auxiliary", "discard", "state_dict", "load_state_dict", "save")
-
-
 class RayAgent:
-    """The controller's handle on one agent actor: the agent boundary as calls (blocking, or :meth:`submit`)."""
+    """The controller's handle on one agent actor: an :class:`~corl_bench.train.boundary.AgentHandle` whose calls
+    (:data:`BOUNDARY`) block, plus :meth:`submit`, which starts one and returns at once (a
+    :class:`~corl_bench.train.boundary.Submitting` handle)."""
 
     def __init__(self, handle: Any, spec: Any, tokenizer: Any) -> None:
         self.handle = handle
@@ -142,6 +149,7 @@ class RayAgent:
         self.tokenizer = tokenizer  # a copy, for rendering evaluation prompts with the agent's chat template
 
     def submit(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+        """The boundary call ``method`` started on the actor; :meth:`Pending.result` waits for it."""
         if method not in BOUNDARY:
             raise AttributeError(f"{method} is not part of the agent boundary ({', '.join(BOUNDARY)})")
         return Pending(self.handle.call.remote(method, args, kwargs))

@@ -1,7 +1,8 @@
 """An agent: one model with its own tokenizer, optimizer, rollout engine, auxiliary models and sampling seed.
 
-The controller talks to an agent only through calls whose arguments and results are plain, picklable data, so an
-agent can live in another process (a Ray actor owning its own GPUs) without any method or the trainer changing:
+The controller talks to an agent only through the calls of :class:`corl_bench.train.boundary.AgentHandle`, whose
+arguments and results are plain, picklable data, so an agent can live in another process (a Ray actor owning its own
+GPUs) without any method or the trainer changing:
 
     generate(requests, params, model="policy") -> [[Completion]]   rollouts of the policy or an auxiliary model
     score(samples) -> SampleStats       the training forward pass over (request, completion) samples; returns the
@@ -10,7 +11,9 @@ agent can live in another process (a Ray actor owning its own GPUs) without any 
                                         its samples to the same update (a method's extra samples)
     update(advantages, max_len) -> UpdateStats    one GRPO step on the scored samples (one advantage each)
     update_auxiliary(name, alpha)       EMA of an auxiliary model toward the policy (Co-rewarding-II's teacher)
-    state_dict() / load_state_dict()    everything a bit-identical resume needs (weights, AdamW, auxiliary models)
+    discard()                           drop what was scored (a step that failed before its update)
+    checkpoint(dir) / restore(dir)      everything a bit-identical resume needs (weights, AdamW, auxiliary models),
+                                        written to and read from dir/agent-<name>.pt by the agent itself
     save(path)                          the policy as a save_pretrained folder (LoRA adapters merged)
 
 Memory (``MemoryConfig``, the config's ``memory:`` section, all off by default): ``micro_batch`` splits score() and
@@ -35,14 +38,14 @@ import torch
 
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig, MemoryConfig
-from corl_bench.rollout import Completion, Prompt, Request, SamplingParams, make_engine
+from corl_bench.rollout import Completion, Prompt, SamplingParams, make_engine
 from corl_bench.rollout.encode import Encoded, Processor, encode
 from corl_bench.train import grpo, prefix
 from corl_bench.train import memory as memops
+from corl_bench.train.boundary import POLICY, SampleStats, TrainSample, UpdateStats, checkpoint_file
+from corl_bench.train.checkpoint import save_synced
 
 log = logging.getLogger(__name__)
-
-POLICY = "policy"
 
 
 class NumericalError(RuntimeError):
@@ -64,33 +67,6 @@ def check_finite(values: Any, quantity: str, agent: str, step: int | None = None
     if t.numel() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
         raise NumericalError(quantity, agent, step, f"{bad} of {t.numel()} values")
-
-
-@dataclass(frozen=True)
-class TrainSample:
-    """One sequence an agent trains on: the request and the completion that answers it."""
-
-    request: Request
-    completion: Completion
-
-
-@dataclass(frozen=True)
-class SampleStats:
-    """Detached per-sample statistics of the policy from the training forward pass (one value per sample)."""
-
-    entropy: list[float]  # mean token entropy of softmax(logits / T) over the response
-    self_certainty: list[float]  # mean token KL(U || p) over the response
-
-
-@dataclass(frozen=True)
-class UpdateStats:
-    loss: float
-    pg_loss: float
-    kl: float
-    clip_fraction: float
-    grad_norm: float
-    entropy: float  # mean token entropy of the policy on its own completions (at the rollout temperature)
-    n_tokens: int
 
 
 @dataclass
@@ -529,8 +505,17 @@ class Agent:
         return self.step(fwd, adv, max_len=max_len)
 
     # ------------------------------------------------------------------ persistence
+    def checkpoint(self, directory: Path) -> None:
+        """:meth:`state_dict` written (``torch.save``, fsynced) to ``directory/agent-<name>.pt`` from this process."""
+        save_synced(self.state_dict(), checkpoint_file(directory, self.name))
+
+    def restore(self, directory: Path) -> None:
+        """:meth:`load_state_dict` of what :meth:`checkpoint` wrote into ``directory``."""
+        self.load_state_dict(torch.load(checkpoint_file(directory, self.name), weights_only=False))
+
     def state_dict(self) -> dict[str, Any]:
-        """Policy weights, AdamW state, the KL reference and the other auxiliary models (for checkpoints)."""
+        """Policy weights, AdamW state, the KL reference and the other auxiliary models (in-process; the
+        controller reaches them only through :meth:`checkpoint` / :meth:`restore`)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "reference": self.reference.state_dict() if self.reference is not None else None,
                 "auxiliary": {n: m.state_dict() for n, m in self.auxiliary.items() if m is not self.reference}}

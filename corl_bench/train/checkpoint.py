@@ -3,14 +3,18 @@
 Layout under ``<run>/checkpoints/``::
 
     step-000020/                 a complete checkpoint: training resumes at step 20
-        agent-<name>.pt          Agent.state_dict(): weights, AdamW state, KL reference, auxiliary models (torch.save)
+        agent-<name>.pt          weights, AdamW state, KL reference, auxiliary models (Agent.state_dict(),
+                                 torch.save), written by the agent itself (Agent.checkpoint)
         state.pt                 step, data-stream position, method state, Python / NumPy / torch RNG states
         COMPLETE                 written last; a folder without it is an interrupted write and is ignored
     latest                       the name of the newest complete checkpoint (replaced atomically)
 
 Writing: everything goes into ``.tmp-step-000020-<pid>/``, each file is fsynced, ``COMPLETE`` is written, the folder
 is fsynced and renamed into place, ``latest`` is replaced atomically, and only then are older checkpoints removed —
-so at every instant the previous good checkpoint exists. Rollout sampling needs no RNG state of its own: every
+so at every instant the previous good checkpoint exists. Each agent writes (and on resume reads) its own file from
+the process it lives in (:meth:`corl_bench.train.boundary.AgentGroup.checkpoint`): weights and optimiser state never
+pass through the controller. With ``run.backend=ray`` on several machines the run directory (so the checkpoint
+folder) must therefore be on a filesystem every node shares. Rollout sampling needs no RNG state of its own: every
 generate call is seeded from (run seed, agent, step), so restoring the step restores the samplers.
 """
 
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from corl_bench.results import RunDir
+from corl_bench.train.boundary import AgentGroup, AgentHandle
 
 log = logging.getLogger(__name__)
 COMPLETE = "COMPLETE"
@@ -39,7 +44,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _save(obj: Any, path: Path) -> None:
+def save_synced(obj: Any, path: Path) -> None:
+    """``torch.save(obj)`` to ``path``, flushed and fsynced before it returns."""
     import torch
 
     with open(path, "wb") as f:
@@ -64,9 +70,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: Path, step: int, agents: Sequence[Any], trainer_state: dict[str, Any],
-                    keep: int = 1) -> Path:
-    """Write the checkpoint to resume at ``step``; keeps the newest ``keep`` complete ones (>= 1)."""
+def save_checkpoint(run_dir: Path, step: int, agents: AgentGroup | Sequence[AgentHandle],
+                    trainer_state: dict[str, Any], keep: int = 1) -> Path:
+    """Write the checkpoint to resume at ``step``; keeps the newest ``keep`` complete ones (>= 1). The agents write
+    their own files into the temporary folder (on a multi-node Ray cluster ``run_dir`` must be on a shared
+    filesystem); the controller writes only ``state.pt`` (``trainer_state``, the step and its RNG states)."""
     root = RunDir(run_dir).checkpoints_dir
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
@@ -74,9 +82,8 @@ def save_checkpoint(run_dir: Path, step: int, agents: Sequence[Any], trainer_sta
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    for a in agents:
-        _save(a.state_dict(), tmp / f"agent-{a.name}.pt")
-    _save({**trainer_state, "step": step, "rng": rng_state()}, tmp / "state.pt")
+    AgentGroup.of(agents).checkpoint(tmp)
+    save_synced({**trainer_state, "step": step, "rng": rng_state()}, tmp / "state.pt")
     with open(tmp / COMPLETE, "w") as f:
         f.write(f"{step}\n")
         f.flush()
@@ -118,12 +125,12 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def load_checkpoint(path: Path, agents: Sequence[Any]) -> dict[str, Any]:
-    """Restore every agent and the RNGs; returns the trainer state (``step`` = the next step to run)."""
+def load_checkpoint(path: Path, agents: AgentGroup | Sequence[AgentHandle]) -> dict[str, Any]:
+    """Restore every agent (each reads its own file where it lives) and the RNGs; returns the trainer state
+    (``step`` = the next step to run)."""
     import torch
 
-    for a in agents:
-        a.load_state_dict(torch.load(path / f"agent-{a.name}.pt", weights_only=False))
+    AgentGroup.of(agents).restore(path)
     state = torch.load(path / "state.pt", weights_only=False)
     set_rng_state(state.pop("rng"))
     return state

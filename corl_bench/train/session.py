@@ -242,7 +242,7 @@ class Session:
 
         checkpoint = latest_checkpoint(self.run_dir) if self.resumed else None
         if checkpoint is not None:
-            state = load_checkpoint(checkpoint, self.agents)
+            state = load_checkpoint(checkpoint, self.trainer.group)  # each agent reads its own file
             self.trainer.load_state_dict(state)
             self.start = state["step"]
             log.warning("resumed %s at step %d from %s", self.run_dir.name, self.start, checkpoint.name)
@@ -314,7 +314,7 @@ class Session:
             if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.run.steps and not stop:
                 self.evaluate(f"step-{step + 1:06d}")  # before the checkpoint: a crash in it is redone on resume
             if every and ((step + 1) % every == 0 or step + 1 == cfg.run.steps or stop):
-                save_checkpoint(self.run_dir, step + 1, self.agents, self.trainer.state_dict())
+                save_checkpoint(self.run_dir, step + 1, self.trainer.group, self.trainer.state_dict())
             if stop:
                 break
         self.record = self.record.with_timing("train", time.perf_counter() - t, add=True)
@@ -331,8 +331,7 @@ class Session:
         if selection is not None:
             self.record = self.record.replace(selection=selection)
         if self.cfg.run.save_checkpoints:
-            for a in self.agents:
-                a.save(self.rd.final_checkpoint(a.name))
+            self.trainer.group.save({a.name: self.rd.final_checkpoint(a.name) for a in self.agents})
 
     def summary(self, console: Any) -> None:
         """The end-of-run table: base -> final scores, label-free diagnostics, the alarm, the checkpoint, timings."""

@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from itertools import count, islice
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -29,9 +29,10 @@ from corl_bench.grading.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
 from corl_bench.profile import render_for, stop_for
 from corl_bench.results import RunDir, append_jsonl
-from corl_bench.rollout import SamplingParams, as_request, prompt_text
+from corl_bench.rollout import Completion, Prompt, SamplingParams, as_request, prompt_text
 from corl_bench.train import grpo
-from corl_bench.train.agent import NumericalError, TrainSample, check_finite
+from corl_bench.train.agent import NumericalError, check_finite
+from corl_bench.train.boundary import AgentGroup, AgentHandle, TrainSample
 from corl_bench.train.diagnostics import agent_diagnostics
 
 log = logging.getLogger(__name__)
@@ -56,37 +57,26 @@ def _rollouts(agent: str, rows: list[list[Any]], extract: Callable[[str], Any] =
                          finished=[[c.finished for c in row] for row in rows])
 
 
-def each(agents: list[Any], call: Callable[[Any], tuple[str, tuple, dict]]) -> dict[str, Any]:
-    """Run one call per agent, ``call(agent) -> (method, args, kwargs)``; returns {agent name: result}.
-
-    Agents that can start a call without waiting (:class:`corl_bench.train.actors.RayAgent`: ``submit``) all start
-    before any is waited for, so they run at the same time; in-process agents run one after another. Either way
-    each agent sees the same calls in the same order, so the results are the same. The first agent's exception (in
-    cohort order) is raised after every started call has finished."""
-    started = []
-    for a in agents:
-        method, args, kwargs = call(a)
-        submit = getattr(a, "submit", None)
-        started.append((a.name, submit(method, *args, **kwargs) if submit is not None else None, (a, method, args,
-                                                                                                  kwargs)))
-    out: dict[str, Any] = {}
-    error: BaseException | None = None
-    for name, pending, (a, method, args, kwargs) in started:
-        try:
-            out[name] = pending.result() if pending is not None else getattr(a, method)(*args, **kwargs)
-        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others have finished
-            if pending is None:
-                raise
-            error = error or e
-    if error is not None:
-        raise error
-    return out
-
-
 def step_rows(result: "StepResult") -> list[dict[str, Any]]:
     """A step's metrics.jsonl rows: one per agent, its metrics and the step's timings (what trackers mirror too)."""
     return [{"step": result.step, "agent": name, **vals, **{f"time/{k}": v for k, v in result.seconds.items()}}
             for name, vals in result.metrics.items()]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The first half of a step (rollouts and the training forward pass), handed to the reward and update half.
+    P = prompts of the step, K = ``rollout.samples_per_prompt``, N = completions generated per prompt (>= K)."""
+
+    step: int
+    problems: list[Any]  # [P] the step's problems
+    truth: list[Any]  # [P] their hidden answers
+    requests: dict[str, list[Prompt]]  # agent -> [P] its rendering of the problems
+    comps: dict[str, list[list[Completion]]]  # agent -> [P][N] its completions
+    rollouts: dict[str, AgentRollouts]  # agent -> what a method sees of comps
+    aux_rollouts: dict[str, dict[str, AgentRollouts]]  # auxiliary model -> agent -> its rollouts (may be empty)
+    train: dict[str, list[TrainSample]]  # agent -> [P*K] the samples it scored, row-major
+    stats: dict[str, SequenceStats]  # agent -> (P, K) entropy and self-certainty of those samples
 
 
 @dataclass
@@ -100,11 +90,13 @@ class StepResult:
 class Trainer:
     """Runs the training steps of one run; evaluation and bookkeeping live in :mod:`corl_bench.train.runner`."""
 
-    def __init__(self, cfg: Config, agents: list[Any], method: Method, profile: Any, run_dir: Path) -> None:
-        """``agents``: objects with the plain-data agent boundary (:class:`corl_bench.train.agent.Agent`, or a proxy
-        to one in another process); ``profile``: a :class:`corl_bench.profile.Profile`."""
+    def __init__(self, cfg: Config, agents: AgentGroup | Sequence[AgentHandle], method: Method, profile: Any,
+                 run_dir: Path) -> None:
+        """``agents``: :class:`corl_bench.train.boundary.AgentHandle` s (:class:`corl_bench.train.agent.Agent`, or a
+        handle on one in another process), or their group; ``profile``: a :class:`corl_bench.profile.Profile`."""
         self.cfg = cfg
-        self.agents = agents
+        self.group = AgentGroup.of(agents)
+        self.agents: list[AgentHandle] = self.group.agents
         self.method = method
         self.profile = profile
         self.run_dir = run_dir
@@ -156,13 +148,13 @@ class Trainer:
         t0 = time.perf_counter()
         requests = {a.name: [render_for(self.profile, p, a.spec) for p in problems] for a in self.agents}
         n = self.method.generation_n(k)
-        comps = each(self.agents, lambda a: ("generate", (requests[a.name], self._params(n, a, step, 0)), {}))
+        comps = self.group.generate(requests, {a.name: self._params(n, a, step, 0) for a in self.agents})
         extract = EXTRACTORS.get(self.cfg.rollout.extractor)
         rollouts = {name: _rollouts(name, rows, extract) for name, rows in comps.items()}
         aux_rollouts: dict[str, dict[str, AgentRollouts]] = {}
         for aux in (x for x in self.method.auxiliary if x.generates):
-            rows = each(self.agents, lambda a: ("generate", (requests[a.name], self._params(k, a, step, aux.seed_salt)),
-                                                {"model": aux.name}))
+            rows = self.group.generate(requests, {a.name: self._params(k, a, step, aux.seed_salt)
+                                                  for a in self.agents}, model=aux.name)
             aux_rollouts[aux.name] = {name: _rollouts(name, r, extract) for name, r in rows.items()}
         timer["rollout"] = time.perf_counter() - t0
 
@@ -171,40 +163,39 @@ class Trainer:
         t0 = time.perf_counter()
         train = {a.name: [TrainSample(req, row[j]) for req, row in zip(requests[a.name], comps[a.name])
                           for j in range(k)] for a in self.agents}
-        scored = each(self.agents, lambda a: ("score", (train[a.name],), {}))
+        scored = self.group.score(train)
         stats = {name: SequenceStats(entropy=_rows(s.entropy, k), self_certainty=_rows(s.self_certainty, k))
                  for name, s in scored.items()}
         timer["forward"] = time.perf_counter() - t0
 
         try:
-            return self._reward_and_update(step, problems, truth, requests, comps, rollouts, aux_rollouts, train,
-                                           stats, timer)
+            return self._reward_and_update(Scored(step=step, problems=problems, truth=truth, requests=requests,
+                                                  comps=comps, rollouts=rollouts, aux_rollouts=aux_rollouts,
+                                                  train=train, stats=stats), timer)
         except BaseException:
-            for a in self.agents:  # nothing was updated: drop every scored batch
-                a.discard()
+            self.group.discard()  # nothing was updated: drop every scored batch
             raise
 
-    def _reward_and_update(self, step, problems, truth, requests, comps, rollouts, aux_rollouts, train, stats,
-                           timer) -> StepResult:
-        cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt
+    def _reward_and_update(self, s: Scored, timer: dict[str, float]) -> StepResult:
+        """Steps 3 and 4 of the module docstring: rewards, advantages and one update per agent (``timer`` gets
+        the reward, forward and update seconds)."""
+        cfg, k, step = self.cfg, self.cfg.rollout.samples_per_prompt, s.step
         # 3. rewards: the method sees answers and policy statistics; labels only if it declares uses_labels
         t0 = time.perf_counter()
-        batch = RewardInput(step=step, problem_ids=[p.id for p in problems], rollouts=rollouts,
-                            samples_per_prompt=k, labels=truth if self.method.uses_labels else None, stats=stats,
-                            auxiliary_rollouts=aux_rollouts or None, prompts=requests, generate=self._generator(step))
+        batch = RewardInput(step=step, problem_ids=[p.id for p in s.problems], rollouts=s.rollouts,
+                            samples_per_prompt=k, labels=s.truth if self.method.uses_labels else None,
+                            stats=s.stats, auxiliary_rollouts=s.aux_rollouts or None, prompts=s.requests,
+                            generate=self._generator(step))
         rewards = self.method.rewards(batch)
-        votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in rollouts.items()}
+        votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in s.rollouts.items()}
         timer["reward"] = time.perf_counter() - t0
 
         # 3b. samples a method generated on top (CoMAS critiques and scores) join their author's update
         t0 = time.perf_counter()
-        lengths = {}
-        with_extra = [a for a in self.agents if rewards[a.name].extra]
-        each(with_extra, lambda a: ("score", ([TrainSample(as_request(e.prompt), e.completion)
-                                               for e in rewards[a.name].extra],), {}))
-        for a in self.agents:
-            lengths[a.name] = [len(s.completion.token_ids) for s in train[a.name]] + [len(e.completion.token_ids)
-                                                                                     for e in rewards[a.name].extra]
+        self.group.score({a.name: [TrainSample(as_request(e.prompt), e.completion) for e in rewards[a.name].extra]
+                          for a in self.agents if rewards[a.name].extra})
+        lengths = {a.name: [len(x.completion.token_ids) for x in s.train[a.name]] +
+                   [len(e.completion.token_ids) for e in rewards[a.name].extra] for a in self.agents}
         override = self.method.advantages(batch, rewards, lengths)
         timer["forward"] += time.perf_counter() - t0
 
@@ -219,30 +210,29 @@ class Trainer:
             adv_of[a.name] = self._advantages(a.name, r, rewards, override, lengths)
             check_finite(adv_of[a.name], "advantages", a.name, step)
         try:
-            updates = each(self.agents, lambda a: ("update", (adv_of[a.name].tolist(),),
-                                                   {"max_len": cfg.rollout.max_new_tokens}))
+            updates = self.group.update({name: adv.tolist() for name, adv in adv_of.items()},
+                                        max_len=cfg.rollout.max_new_tokens)
         except NumericalError as e:
             raise NumericalError(e.quantity, e.agent, step, e.detail) from None
         for aux in self.method.auxiliary:
             alpha = self.method.auxiliary_update(aux.name, step, cfg.run.steps)
             if alpha:
-                each(self.agents, lambda a: ("update_auxiliary", (aux.name, alpha), {}))
+                self.group.update_auxiliary(aux.name, alpha)
         for a in self.agents:
-            upd = updates[a.name]
             result.metrics[a.name] = agent_diagnostics(
-                rollouts=rollouts[a.name], rewards=rewards[a.name], truth=truth, k=k, own_votes=votes[a.name],
+                rollouts=s.rollouts[a.name], rewards=rewards[a.name], truth=s.truth, k=k, own_votes=votes[a.name],
                 other_votes={o.name: votes[o.name] for o in self.agents if o.name != a.name},
-                lengths=lengths[a.name][: len(train[a.name])], update=upd,
+                lengths=lengths[a.name][: len(s.train[a.name])], update=updates[a.name],
                 zero_std_fraction=grpo.zero_std_fraction(r_of[a.name]))
         timer["update"] = time.perf_counter() - t0
         result.seconds = timer
 
         every = cfg.run.log_samples_every
         if every and (step % every == 0 or step == cfg.run.steps - 1):
-            result.samples = self._samples(step, problems, requests, comps, rollouts, rewards, truth)
+            result.samples = self._samples(step, s.problems, s.requests, s.comps, s.rollouts, rewards, s.truth)
         return result
 
-    def _params(self, n: int, agent: Any, step: int, salt: int) -> SamplingParams:
+    def _params(self, n: int, agent: AgentHandle, step: int, salt: int) -> SamplingParams:
         """Sampling settings of the run with the seed of (agent, step) on the stream ``salt`` (0: the policy's)."""
         r = self.cfg.rollout
         return SamplingParams(n=n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
