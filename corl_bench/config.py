@@ -103,6 +103,9 @@ class ModelConfig:
     micro_checkpoints: str = "shipped"
     """micro profiles: ``shipped`` (the warm-started checkpoints that ship with corl-bench, the ones its README and
     studies were measured on) or ``build`` (warm-start each family on this machine, cached under ``cache_dir``)"""
+    freeze_vision: bool = False
+    """vision-language agents: keep the vision tower's weights fixed (a common VLM recipe; the language model and
+    the projector still learn); refused for a text model"""
 
     def __post_init__(self) -> None:
         _check(self.micro_checkpoints in ("shipped", "build"), f"model.micro_checkpoints must be shipped or build "

@@ -20,7 +20,10 @@
 
 ``render(spec, item, tokenizer)`` fills the spec's template; with ``chat_template: true`` and a tokenizer that has
 one, the filled template becomes one user turn (after ``system`` if given) rendered with
-``apply_chat_template(..., add_generation_prompt=True)`` — the same text the lm-eval bridge produces.
+``apply_chat_template(..., add_generation_prompt=True)`` — the same text the lm-eval bridge produces. For an item
+with images and a vision-language model that brings its own processor, the user turn holds one ``{"type": "image"}``
+entry per image before the text, so the model's chat template places the images
+(:meth:`corl_bench.models.hf_vlm.ProcessorCodec.chat`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any, Mapping, Sequence
 from corl_bench.eval.specs import BenchmarkSpec
 from corl_bench.eval.scoring import LETTERS, gold_index
 from corl_bench.config import ConfigError
+from corl_bench.models.images import codec_of
 
 IMAGES_KEY, IMAGES_REL_KEY = "_images", "_images_rel"
 """Row keys :func:`corl_bench.eval.data.load_rows` adds to the rows of a benchmark with images: absolute paths, and
@@ -164,6 +168,10 @@ def build_items(spec: BenchmarkSpec, rows: Sequence[Mapping[str, Any]]) -> list[
 def render(spec: BenchmarkSpec, item: Item, tokenizer: Any = None) -> str:
     """The exact prompt text given to the model for ``item``."""
     text = spec.prompt.format(problem=item.problem)
+    images = getattr(item, "images", ()) or ()
+    chat = getattr(codec_of(tokenizer), "chat", None) if images and tokenizer is not None else None
+    if spec.chat_template and images and chat is not None:  # a real VLM: its template places the images
+        return chat(text, len(images), spec.system)
     if spec.chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
         messages = ([{"role": "system", "content": spec.system}] if spec.system else []) + \
                    [{"role": "user", "content": text}]

@@ -55,9 +55,15 @@ def fewshot_prompt(question: str) -> str:
     return f"{shots}Question: {question}\nAnswer:"
 
 
-def chat_prompt(tokenizer: Any, text: str) -> str:
+def chat_prompt(tokenizer: Any, text: str, n_images: int = 0) -> str:
     """``text`` as one user turn in the tokenizer's chat template (with the generation prompt), or as it is when the
-    tokenizer has no template (a base model)."""
+    tokenizer has no template (a base model). With ``n_images`` and a vision-language model that brings its own
+    processor, the turn holds the images first and the model's template places them."""
+    from corl_bench.models.images import codec_of
+
+    chat = getattr(codec_of(tokenizer), "chat", None) if n_images and tokenizer is not None else None
+    if chat is not None:
+        return chat(text, n_images)
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True)
@@ -320,7 +326,8 @@ class HFProfile(Profile):
         ``bare`` = the problem alone, both in ``model``'s chat template when it has one; ``fewshot`` = worked
         examples then ``Question: ... Answer:`` as plain text (generation stops at the next "Question:"). A problem
         with images (a multimodal training set) carries them on the request, in order; the text holds no image token
-        (the model's processor places the images). Text problems give exactly the request they always did."""
+        (a real VLM's chat template places them, :func:`chat_prompt`). Text problems give exactly the request they
+        always did."""
         from corl_bench.hf.data import INSTRUCTION
 
         question = problem.text(view)
@@ -328,7 +335,7 @@ class HFProfile(Profile):
         if prompt == "fewshot":
             return Request(text=fewshot_prompt(question), images=images)
         text = question if prompt == "bare" else f"{question}\n {INSTRUCTION}"
-        return Request(text=chat_prompt(self.tokenizer(model) if model else None, text), images=images)
+        return Request(text=chat_prompt(self.tokenizer(model) if model else None, text, len(images)), images=images)
 
     @staticmethod
     def stop_strings(prompt: str) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ from corl_bench.config import ConfigError
 from corl_bench.models.device import resolve_device, resolve_dtype
 from corl_bench.models.entries import ENTRIES, check_entry, dequantise
 from corl_bench.models.hub import HUB_ID, check_hub, fetch_hub, hub_snapshot
+from corl_bench.models.hf_vlm import ProcessorCodec, is_processor_vlm, load_processor
 from corl_bench.models.images import CODEC_FILE, VisionCodec, attach
 
 log = logging.getLogger(__name__)
@@ -85,15 +86,17 @@ def check_ref(ref: str, *, families: bool = False) -> str:
 
 def takes_images(ref: str) -> bool | None:
     """Whether the model of a (non-family) reference takes images, read from its files without loading it: a
-    vision-language checkpoint written by corl-bench (it holds the image layout, ``corl_vision_codec.json``) does;
-    a model entry or any other folder loads as a text model. None for a hub id that is not cached yet."""
+    vision-language checkpoint written by corl-bench (it holds the image layout, ``corl_vision_codec.json``) does,
+    and so does any image-text-to-text checkpoint with its processor (Qwen2-VL, InternVL, LLaVA, ...:
+    :func:`corl_bench.models.hf_vlm.is_processor_vlm`); a model entry or any other folder loads as a text model. None
+    for a hub id that is not cached yet."""
     k = kind(ref)
     if k == "entry":
         return False
     folder = Path(ref) if k == "folder" else hub_snapshot(ref) if k == "hub" else None
     if folder is None:
         return None
-    return (folder / CODEC_FILE).is_file()
+    return (folder / CODEC_FILE).is_file() or is_processor_vlm(folder)
 
 
 def _finish(model: Any, tok: Any) -> tuple[Any, Any]:
@@ -124,14 +127,22 @@ def load_tokenizer(path: Path, trust_remote_code: bool = False) -> Any:
 def load_folder(path: Path, *, device: str | None = None, dtype: str | None = None,
                 trust_remote_code: bool = False) -> tuple[Any, Any]:
     """A ``save_pretrained`` folder; ``dtype`` None keeps the saved dtype handling of transformers (fp32 for the
-    micro families and the dequantised entries), ``device`` None leaves the model on the CPU."""
+    micro families and the dequantised entries), ``device`` None leaves the model on the CPU. A vision-language
+    folder loads with ``AutoModelForImageTextToText`` and its tokenizer carries the codec: the one written by
+    corl-bench's micro families (``corl_vision_codec.json``) or else the model's own processor
+    (:class:`corl_bench.models.hf_vlm.ProcessorCodec`)."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path} is not a model folder (no config.json); pass a save_pretrained folder, a run "
                           f"directory, a micro family or one of: {', '.join(ENTRIES)}")
-    tok = load_tokenizer(path, trust_remote_code)
+    processor_vlm = not (path / CODEC_FILE).is_file() and is_processor_vlm(path)
+    if processor_vlm:  # any Hugging Face VLM: its processor's tokenizer, image processor and chat template
+        proc = load_processor(path, trust_remote_code)
+        tok = attach(proc.tokenizer, ProcessorCodec(proc))
+    else:
+        tok = load_tokenizer(path, trust_remote_code)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code} if trust_remote_code else {}
     where = resolve_device(device) if device else None
     if dtype is not None:
@@ -140,6 +151,10 @@ def load_folder(path: Path, *, device: str | None = None, dtype: str | None = No
         from transformers import AutoModelForImageTextToText
 
         attach(tok, VisionCodec.from_pretrained(path, tok))
+        model = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+    elif processor_vlm:
+        from transformers import AutoModelForImageTextToText
+
         model = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)

@@ -100,7 +100,8 @@ class AgentHost:
         model, tok = profile.load(spec.family, device)
         self.agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
                            engine_options=dict(cfg.rollout.engine_options), memory=cfg.memory,
-                           temperature=cfg.rollout.temperature, auxiliary=auxiliary)
+                           temperature=cfg.rollout.temperature, auxiliary=auxiliary,
+                           freeze_vision=cfg.model.freeze_vision)
 
     def call(self, method: str, args: tuple, kwargs: dict) -> Any:
         """The agent's boundary call ``method`` (one of :data:`BOUNDARY`), made in this actor."""

@@ -131,7 +131,8 @@ class Agent:
 
     def __init__(self, spec: AgentSpec, model: Any, tokenizer: Any, grpo_cfg: GRPOConfig, *,
                  backend: str = "hf", temperature: float = 1.0, auxiliary: Sequence[AuxiliaryModel] = (),
-                 max_batch: int = 0, engine_options: Any = None, memory: MemoryConfig | None = None) -> None:
+                 max_batch: int = 0, engine_options: Any = None, memory: MemoryConfig | None = None,
+                 freeze_vision: bool = False) -> None:
         self.spec = spec
         self.name = spec.name
         self.tokenizer = tokenizer
@@ -160,13 +161,18 @@ class Agent:
                                       seed=(torch.initial_seed() + 7_919 * spec.seed_offset) % 2**63)
         if mem.gradient_checkpointing:
             memops.enable_gradient_checkpointing(model)
+        if freeze_vision:  # model.freeze_vision: the vision tower keeps its weights (gets no gradient)
+            from corl_bench.models.hf_vlm import freeze_vision_tower
+
+            freeze_vision_tower(model)
         self.model = model
         engine_kwargs = {**(engine_options or {}), **({"max_batch": max_batch} if max_batch > 0 else {})}
         self.engines = {POLICY: make_engine(backend, model, tokenizer, **engine_kwargs)}
         for aux in auxiliary:
             if aux.generates:
                 self.engines[aux.name] = make_engine(backend, self.auxiliary[aux.name], tokenizer, **engine_kwargs)
-        params = [p for p in model.parameters() if p.requires_grad] if self.lora_rank else model.parameters()
+        params = [p for p in model.parameters() if p.requires_grad] if self.lora_rank or freeze_vision \
+            else model.parameters()
         self.optimizer = torch.optim.AdamW(params, lr=grpo_cfg.lr, betas=grpo_cfg.betas,
                                            weight_decay=grpo_cfg.weight_decay)
         self._pending: PolicyForward | None = None

@@ -147,6 +147,9 @@ def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
             raise ConfigError(f"agent {agent.name!r} ({agent.family}) is a vision-language model: memory.shared_prefix "
                               "and memory.logit_chunk do not take images yet; set memory.shared_prefix=false "
                               "memory.logit_chunk=0")
+        if vision is False and cfg.model.freeze_vision:
+            raise ConfigError(f"model.freeze_vision is set and agent {agent.name!r} ({agent.family}) is a text model "
+                              "(no vision tower); set model.freeze_vision=false")
         if vision is False and image_benches:
             raise ConfigError(f"eval.benchmarks: {image_benches[0]} has images and agent {agent.name!r} "
                               f"({agent.family}) is a text model; evaluate text benchmarks (corl-bench ls benchmarks) "

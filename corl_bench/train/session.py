@@ -66,7 +66,7 @@ def build_agents(plan: Any, profile: Any) -> list[Any]:
     return [Agent(spec, *profile.load(spec.family, spec.device or cfg.model.device), cfg.grpo,
                   backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
                   engine_options=dict(cfg.rollout.engine_options), temperature=cfg.rollout.temperature,
-                  auxiliary=plan.method_cls.auxiliary, memory=cfg.memory)
+                  auxiliary=plan.method_cls.auxiliary, memory=cfg.memory, freeze_vision=cfg.model.freeze_vision)
             for spec in cfg.cohort.agents]
 
 

@@ -1,0 +1,143 @@
+"""Real Hugging Face VLM architectures through corl-bench (issue 24): tiny random checkpoints of Qwen2-VL, Qwen2.5-VL,
+InternVL, LLaVA, LLaVA-NeXT, Idefics3 and Gemma-3 (:mod:`corl_bench.models.tiny_vlm`, real config, model and
+processor classes) load through :func:`corl_bench.models.load.load_model` with their own processor as the codec, and:
+
+* the prompt ids (and image tensors) corl-bench builds equal what the processor's ``apply_chat_template`` gives for
+  the same messages and image; the chat template places the image;
+* the engine's log-probs of sampled tokens equal the training forward pass (1e-5); an update moves the vision tower,
+  and ``model.freeze_vision`` keeps it fixed while the language model learns;
+* a saved agent reloads to the same processor, prompt ids and logits.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from corl_bench.config import AgentSpec, GRPOConfig
+from corl_bench.models.hf_vlm import ProcessorCodec
+from corl_bench.models.images import codec_of
+from corl_bench.models.tiny_vlm import ARCHS, build
+from corl_bench.rollout import SamplingParams, make_engine
+from corl_bench.rollout.base import Request
+
+_CACHE: dict[str, tuple[Path, Any, Any]] = {}
+
+
+def image(width: int, height: int, seed: int) -> Any:
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels, "RGB")
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """arch -> (folder, model, tokenizer carrying its ProcessorCodec), built and loaded once per module."""
+    from corl_bench.models.load import load_model
+
+    root = tmp_path_factory.mktemp("real_vlm")
+
+    def get(arch: str) -> tuple[Path, Any, Any]:
+        if arch not in _CACHE:
+            folder = build(arch, root / arch, seed=0)
+            _CACHE[arch] = (folder, *load_model(str(folder)))
+        return _CACHE[arch]
+
+    yield get
+    _CACHE.clear()
+
+
+def requests(tok: Any, n: int = 2) -> list[Request]:
+    codec = codec_of(tok)
+    sizes = [(40, 30), (24, 56), (32, 32)]
+    questions = ["What is 2+3?", "How many squares are shaded?", "Which shape is larger?"]
+    return [Request(text=codec.chat(questions[i], 1), images=(image(*sizes[i], i),)) for i in range(n)]
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_prompt_ids_and_image_inputs_equal_the_processors_chat_template_on_cpu(loaded, arch):
+    _, _, tok = loaded(arch)
+    codec = codec_of(tok)
+    assert isinstance(codec, ProcessorCodec) and tok.padding_side == "left"
+    im = image(40, 30, 0)
+    messages = [{"role": "user", "content": [{"type": "image", "image": im},
+                                             {"type": "text", "text": "What is 2+3?"}]}]
+    ref = codec.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                              return_tensors="pt")
+    ids, vision = codec.prompt(Request(text=codec.chat("What is 2+3?", 1), images=(im,)))
+    assert ids == ref["input_ids"][0].tolist()
+    batch = codec.collate([vision], torch.tensor([ids]))
+    assert set(batch) == set(ref) - {"input_ids", "attention_mask"}
+    assert all(torch.equal(batch[k], ref[k]) for k in batch)
+    assert codec.image_token_id in ids and set(codec.layout_ids) <= set(ids)
+    # a text without the template's placeholder gets the image block in front of it (images first)
+    plain, _ = codec.prompt(Request(text="What is 2+3?", images=(im,)))
+    assert plain.count(codec.image_token_id) == ids.count(codec.image_token_id)
+    # a token-id request must already hold its image block
+    again, _ = codec.prompt(Request(token_ids=tuple(ids), images=(im,)))
+    assert again == ids
+    with pytest.raises(ValueError, match="image tokens"):
+        codec.prompt(Request(token_ids=tuple(t for t in ids if t != codec.image_token_id), images=(im,)))
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_engine_log_probs_equal_the_training_forward_and_freeze_vision_keeps_the_tower_on_cpu(loaded, arch):
+    from corl_bench.models.hf_vlm import VISION_TOWERS
+    from corl_bench.train.agent import Agent, TrainSample
+
+    _, model, tok = loaded(arch)
+    reqs = requests(tok, 2)  # two image sizes in one padded batch
+    moved = {}
+    for freeze in (False, True):
+        ag = Agent(AgentSpec("a0", arch), copy.deepcopy(model), tok, GRPOConfig(lr=1e-2), freeze_vision=freeze)
+        comps = ag.generate(reqs, SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=1))
+        assert not set(codec_of(tok).layout_ids) & {t for row in comps for c in row for t in c.token_ids}
+        samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
+        fwd = ag.forward([s.request for s in samples], [s.completion for s in samples])
+        engine_lp = torch.tensor([lp for s in samples for lp in s.completion.logprobs])
+        gap = (fwd.logp.detach()[fwd.mask.bool()] - engine_lp).abs().max().item()
+        assert gap < 1e-5, f"{arch}: engine vs training log-prob gap {gap:.2e}"
+        before = {n: p.detach().clone() for n, p in ag.model.named_parameters()}
+        ag.score(samples)
+        assert ag.update([1.0, -1.0, 0.5, -0.5]).grad_norm > 0
+        changed = {n for n, p in ag.model.named_parameters() if not torch.equal(p, before[n])}
+        tower = {n for n in before if any(f".{t}." in f".{n}" for t in VISION_TOWERS)}
+        assert tower, f"{arch}: no vision tower found"
+        moved[freeze] = (changed & tower, changed - tower)
+    assert moved[False][0] and moved[False][1]  # the gradient reaches the vision tower through the image tokens
+    assert not moved[True][0] and moved[True][1]  # frozen: the tower keeps its weights, the language model learns
+
+
+@pytest.mark.parametrize("arch", ["qwen2.5-vl", "internvl", "gemma3"])
+def test_a_saved_agent_reloads_to_the_same_prompts_and_logits_on_cpu(loaded, arch, tmp_path):
+    from corl_bench.models.load import load_model
+    from corl_bench.rollout.encode import Processor, encode, left_padded
+    from corl_bench.train.agent import Agent
+
+    _, model, tok = loaded(arch)
+    ag = Agent(AgentSpec("a0", arch), copy.deepcopy(model), tok, GRPOConfig())
+    ag.save(tmp_path / "final")
+    model2, tok2 = load_model(str(tmp_path / "final"))
+    assert type(model2) is type(model) and isinstance(codec_of(tok2), ProcessorCodec)
+    reqs = requests(tok, 2)
+    a = left_padded(Processor.of(tok), encode(Processor.of(tok), reqs), "cpu")
+    b = left_padded(Processor.of(tok2), encode(Processor.of(tok2), reqs), "cpu")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    with torch.no_grad():
+        assert torch.equal(model(**a).logits, model2(**b).logits)
+
+
+def test_greedy_batches_decode_as_each_prompt_alone_on_cpu(loaded):
+    _, model, tok = loaded("qwen2.5-vl")
+    eng = make_engine("hf", model, tok)
+    reqs = requests(tok, 3)
+    greedy = SamplingParams(greedy=True, max_new_tokens=6)
+    batch = eng.generate(reqs, greedy)
+    for r, out in zip(reqs, batch):
+        assert eng.generate([r], greedy)[0][0].token_ids == out[0].token_ids
