@@ -47,7 +47,7 @@ CASES: dict[str, tuple] = {
                                    "memory.logit_chunk=64"], "memory.logit_chunk=0"),
     "vlm-with-shared-prefix": _case(["--method", "ttrl", "--cohort", "visual-single", "--set",
                                      "memory.shared_prefix=true"], "memory.shared_prefix=false"),
-    "vlm-with-fast-engine": _case(["--method", "ttrl", "--cohort", "visual-single", "--set", "rollout.backend=fast"],
+    "vlm-with-vllm-engine": _case(["--method", "ttrl", "--cohort", "visual-single", "--set", "rollout.backend=vllm"],
                                   "set rollout.backend=hf"),
     "text-benchmark-in-micro": _case(["--set", "eval.benchmarks=[gsm8k]"], "is not a micro benchmark"),
     # -------------------------------------------------- unknown names

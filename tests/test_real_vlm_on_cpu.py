@@ -141,3 +141,80 @@ def test_greedy_batches_decode_as_each_prompt_alone_on_cpu(loaded):
     batch = eng.generate(reqs, greedy)
     for r, out in zip(reqs, batch):
         assert eng.generate([r], greedy)[0][0].token_ids == out[0].token_ids
+
+
+@pytest.mark.parametrize("memory", [{"gradient_checkpointing": True}, {"lora_rank": 4}, {"micro_batch": 1}],
+                         ids=["gradient-checkpointing", "lora", "micro-batch"])
+def test_memory_options_train_with_images_on_cpu(loaded, memory):
+    """Gradient checkpointing, LoRA and micro-batches take images: the same log-probs as the engine, one update
+    that changes what it should (LoRA: the adapters only)."""
+    from corl_bench.config import MemoryConfig
+    from corl_bench.train.agent import Agent, TrainSample
+
+    if "lora_rank" in memory:
+        pytest.importorskip("peft")
+    _, model, tok = loaded("qwen2.5-vl")
+    ag = Agent(AgentSpec("a0", "qv"), copy.deepcopy(model), tok, GRPOConfig(lr=1e-2), memory=MemoryConfig(**memory))
+    reqs = requests(tok, 2)
+    comps = ag.generate(reqs, SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=3))
+    samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
+    fwd = ag.forward([s.request for s in samples], [s.completion for s in samples])
+    engine_lp = torch.tensor([lp for s in samples for lp in s.completion.logprobs])
+    assert (fwd.logp.detach()[fwd.mask.bool()] - engine_lp).abs().max().item() < 1e-5
+    before = {n: p.detach().clone() for n, p in ag.model.named_parameters()}
+    ag.score(samples)
+    assert ag.update([1.0, -1.0, 0.5, -0.5]).grad_norm > 0
+    changed = {n for n, p in ag.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed
+    if "lora_rank" in memory:
+        assert all("lora_" in n for n in changed)
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_the_fast_engine_takes_images_with_one_shared_prefill_on_cpu(loaded, arch):
+    """The fast engine's greedy tokens equal the hf engine's, and its sampled log-probs equal the training forward
+    pass (Qwen's multimodal rotary positions advanced per token; k samples sharing one prefill of the image)."""
+    from corl_bench.train.agent import Agent, TrainSample
+
+    _, model, tok = loaded(arch)
+    reqs = requests(tok, 3)
+    greedy = SamplingParams(greedy=True, max_new_tokens=6)
+    hf_out = make_engine("hf", model, tok).generate(reqs, greedy)
+    fast_out = make_engine("fast", model, tok).generate(reqs, greedy)
+    assert [r[0].token_ids for r in fast_out] == [r[0].token_ids for r in hf_out]
+    ag = Agent(AgentSpec("a0", arch), copy.deepcopy(model), tok, GRPOConfig(), backend="fast", temperature=1.5)
+    comps = ag.generate(reqs, SamplingParams(n=4, temperature=1.5, max_new_tokens=16, seed=5))
+    samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
+    fwd = ag.forward([s.request for s in samples], [s.completion for s in samples])
+    engine_lp = torch.tensor([lp for s in samples for lp in s.completion.logprobs])
+    gap = (fwd.logp.detach()[fwd.mask.bool()] - engine_lp).abs().max().item()
+    assert gap < 1e-5, f"{arch}: fast engine vs training log-prob gap {gap:.2e}"
+
+
+@pytest.mark.parametrize("backend", ["hf", "fast"])
+@pytest.mark.parametrize("arch", ["qwen2.5-vl", "gemma3"])
+def test_engines_never_sample_image_layout_tokens_even_when_the_model_prefers_them_on_cpu(loaded, arch, backend):
+    """A completion holding an image token would no longer match its images in the training forward pass: with the
+    LM head pushed towards the image-layout tokens, greedy and sampled rollouts still hold none of them, and the
+    reported log-probs are the raw ones (those of the training forward pass)."""
+    from corl_bench.train.agent import Agent, TrainSample
+
+    _, model, tok = loaded(arch)
+    layout = list(codec_of(tok).layout_ids)
+    biased = copy.deepcopy(model)
+
+    def prefer_layout(module, args, out):
+        out = out.clone()
+        out[..., layout] += 8.0
+        return out
+
+    biased.get_output_embeddings().register_forward_hook(prefer_layout)
+    ag = Agent(AgentSpec("a0", arch), biased, tok, GRPOConfig(), backend=backend)
+    reqs = requests(tok, 2)
+    greedy = ag.generate(reqs, SamplingParams(greedy=True, max_new_tokens=6))
+    comps = ag.generate(reqs, SamplingParams(n=3, temperature=1.0, max_new_tokens=6, seed=2))
+    assert not set(layout) & {t for rows in (greedy, comps) for row in rows for c in row for t in c.token_ids}
+    samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
+    fwd = ag.forward([s.request for s in samples], [s.completion for s in samples])
+    engine_lp = torch.tensor([lp for s in samples for lp in s.completion.logprobs])
+    assert (fwd.logp.detach()[fwd.mask.bool()] - engine_lp).abs().max().item() < 1e-5

@@ -108,10 +108,12 @@ def test_a_visual_run_starts_from_the_cohort_profile_and_its_own_benchmark_on_cp
     mixed = load_config(None, ["method.name=ttrl", "cohort.agents=[{name: a0, family: llava-micro}]"])
     with pytest.raises(Exception, match="model.profile=micro-visual"):
         resolve(mixed)
-    fast = load_config(None, ["method.name=ttrl", "cohort.name=visual-single", "rollout.backend=fast",
-                              f"model.cache_dir={cache}", f"run.output_dir={tmp_path / 'runs'}"])
+    engines = {b: load_config(None, ["method.name=ttrl", "cohort.name=visual-single", f"rollout.backend={b}",
+                                     f"model.cache_dir={cache}", f"run.output_dir={tmp_path / 'runs'}"])
+               for b in ("fast", "vllm")}
+    assert resolve(engines["fast"]).config.rollout.backend == "fast"  # the fast engine takes images
     with pytest.raises(Exception, match="set rollout.backend=hf"):
-        resolve(fast)
+        resolve(engines["vllm"])
 
 
 def test_vlm_agents_as_ray_actors_match_the_local_run_on_cpu(cache, tmp_path):

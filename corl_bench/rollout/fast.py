@@ -16,6 +16,11 @@ is computed for a sequence:
 
 Like ``generate``, the prefill asks for the last position's logits only (``logits_to_keep=1``).
 
+Vision-language models take the same path: the prefill carries the batch's image inputs (one prefill of image and
+prompt shared by the k samples; images are most of a multimodal prompt), decode steps carry token ids only. Models
+with multimodal rotary positions (Qwen2-VL, Qwen2.5-VL: ``get_rope_index``) get their (3, B, L) position ids from the
+model itself at the prefill, then advance them by one per token, as ``generate`` does.
+
 Sampling is exact temperature + nucleus (top-p) sampling; the nucleus is searched among the 256 most likely tokens
 and, for the rare row whose top 256 hold less than ``top_p`` of the mass, over the full vocabulary. Seeded per
 call (``SamplingParams.seed``) inside ``fork_rng``, as the ``hf`` backend. Logprobs are of the raw logits at the
@@ -74,8 +79,21 @@ def _sample(logits: torch.Tensor, params: SamplingParams, logp: torch.Tensor | N
     return out
 
 
+def _prefill_positions(model: Any, enc: dict[str, Any], pos: torch.Tensor) -> torch.Tensor:
+    """Position ids of the prefill: ``pos`` (B, L), or for a model with multimodal rotary positions given images the
+    model's own (3, B, L) (``get_rope_index``: image tokens by their temporal / height / width grid)."""
+    rope = getattr(getattr(model, "model", None), "get_rope_index", None)
+    if rope is None or "image_grid_thw" not in enc:
+        return pos
+    kwargs = {k: v for k, v in enc.items() if k in ("image_grid_thw", "mm_token_type_ids")}
+    positions, _ = rope(enc["input_ids"], attention_mask=enc["attention_mask"], **kwargs)
+    return positions
+
+
 class FastEngine(InProcessEngine):
     """Rollouts with shared prefill and batch compaction (same interface as ``HFEngine``)."""
+
+    supports_images = True
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, grow_cache: bool = True) -> None:
         if tokenizer.padding_side != "left":
@@ -112,8 +130,8 @@ class FastEngine(InProcessEngine):
         device = next(self.model.parameters()).device
         enc = self.encode(prompts, device)
         att = enc["attention_mask"]
-        pos = (att.cumsum(-1) - 1).clamp(min=0)
-        extra = dict(self._last_only)
+        pos = _prefill_positions(self.model, enc, (att.cumsum(-1) - 1).clamp(min=0))
+        extra = {**self._last_only, **{k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")}}
         cache = growing_cache(self.model, reserve=_RESERVE, limit=att.shape[1] + params.max_new_tokens) \
             if self.grow_cache else None
         if cache is not None:
@@ -121,9 +139,10 @@ class FastEngine(InProcessEngine):
         res = self.model(input_ids=enc["input_ids"], attention_mask=att, position_ids=pos, use_cache=True,
                          **extra)
         cache, logits = getattr(res, self._cache_kw), res.logits[:, -1, :].float()
+        row = pos.dim() - 2  # the batch axis of the position ids: 0, or 1 for (3, B, L) rotary positions
         if n > 1:  # the k samples of a prompt share its prefill
             cache.batch_repeat_interleave(n)
-            att, pos, logits = (att.repeat_interleave(n, 0), pos.repeat_interleave(n, 0),
+            att, pos, logits = (att.repeat_interleave(n, 0), pos.repeat_interleave(n, row),
                                 logits.repeat_interleave(n, 0))
         rows = len(prompts) * n
         tokens: list[list[int]] = [[] for _ in range(rows)]
@@ -133,9 +152,14 @@ class FastEngine(InProcessEngine):
         active = list(range(rows))  # batch row -> sequence index; -1 once that sequence is done
         eos = tok.eos_token_id
         temp = 1.0 if params.greedy else params.temperature
+        codec = self.processor.codec  # a VLM never samples its image-layout tokens (the raw log-probs are unchanged)
+        banned = torch.tensor(codec.layout_ids, device=device) if codec is not None else None
         for _ in range(params.max_new_tokens):
             logp = torch.log_softmax(logits / temp, dim=-1) if params.logprobs else None
-            nxt = _sample(logits, params, logp)
+            if banned is None:
+                nxt = _sample(logits, params, logp)
+            else:
+                nxt = _sample(logits.index_fill(-1, banned, float("-inf")), params)
             chosen = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist() if logp is not None else None
             picked = nxt.tolist()  # one conversion per step, not one tensor access per row
             for b, seq in enumerate(active):
@@ -153,12 +177,12 @@ class FastEngine(InProcessEngine):
             if not live:
                 break
             att = torch.cat([att, torch.ones((att.shape[0], 1), dtype=att.dtype, device=device)], dim=-1)
-            pos = pos[:, -1:] + 1
+            pos = pos[..., -1:] + 1
             inp = nxt.unsqueeze(-1)
             if len(live) <= (1.0 - _COMPACT_AT) * len(active):  # enough rows are done: drop them from the batch
                 idx = torch.tensor(live, device=device)
                 cache.batch_select_indices(idx)
-                att, pos, inp = att[idx], pos[idx], inp[idx]
+                att, pos, inp = att[idx], pos.index_select(row, idx), inp[idx]
                 active = [active[b] for b in live]
             res = self.model(input_ids=inp, attention_mask=att, position_ids=pos, use_cache=True,
                              **{self._cache_kw: cache})

@@ -142,7 +142,7 @@ def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
         vision = _takes_images(profile_cls, agent)
         if vision and not getattr(engine_cls, "supports_images", False):
             raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and agent {agent.name!r} "
-                              f"({agent.family}) is a vision-language model; set rollout.backend=hf")
+                              f"({agent.family}) is a vision-language model; set rollout.backend=hf (or fast)")
         if vision and (cfg.memory.shared_prefix or cfg.memory.logit_chunk):
             raise ConfigError(f"agent {agent.name!r} ({agent.family}) is a vision-language model: memory.shared_prefix "
                               "and memory.logit_chunk do not take images yet; set memory.shared_prefix=false "
