@@ -152,10 +152,41 @@ def test_contaminated_problems_are_dropped_exactly_and_normalised():
     ts = hfdata.TrainingSet.load("gsm8k-train", FIXTURES)
     report = ts.decontaminate({"gsm8k": _bench_items(), "other": [Item("z", "Unrelated?", "1")]})
     assert report["dropped"] == 2 and sorted(report["dropped_ids"]) == ["g4", "g5"]
-    assert report["by_benchmark"] == {"gsm8k": {"exact": 1, "normalised": 1}, "other": {"exact": 0, "normalised": 0}}
+    assert report["by_benchmark"] == {"gsm8k": {"exact": 1, "normalised": 1, "options": 0},
+                                      "other": {"exact": 0, "normalised": 0, "options": 0}}
     assert report["problems_before"] == 10 and report["problems_after"] == 8 == len(ts.problems)
     assert all(p.id not in ("g4", "g5") for p in islice(ts.epochs(0), 24))
     assert hfdata.normalise("a box holds  ６ eggs.\nHow") == hfdata.normalise("A box holds 6 eggs. How")
+
+
+def test_a_multiple_choice_problem_is_found_whatever_the_layout_of_its_options():
+    """A training row appends its options as ``Choices:`` + ``(A) ...``; MathVision items write ``(A) ...`` lines and
+    MathVerse ``A:...``: the same problem is dropped whatever the layout, a different option text is not."""
+    stem = "Which picture shows the kittens?\n<image1>"
+    ts = hfdata.TrainingSet("mc", [
+        hfdata.TrainProblem("t1", stem + "\nChoices:\n(A) A\n(B) B\n(C) C", "B"),
+        hfdata.TrainProblem("t2", "Find x.\nChoices:\n(A) 1\n(B) 2", "B"),
+        hfdata.TrainProblem("t3", stem + "\nChoices:\n(A) A\n(B) B\n(C) D", "B"),
+        hfdata.TrainProblem("t4", "Unrelated?", "1")])
+    report = ts.decontaminate({"mathvision": [Item("m6", stem + "\n(A) A\n(B) B\n(C) C", "B")],
+                               "mathverse": [Item("v1", "Find x.\nChoices:\nA:1\nB:2", "B")]})
+    assert sorted(report["dropped_ids"]) == ["t1", "t2"] and [p.id for p in ts.problems] == ["t3", "t4"]
+    assert report["by_benchmark"]["mathvision"]["options"] == 1 == report["by_benchmark"]["mathverse"]["options"]
+
+
+@pytest.mark.shared_data
+def test_mathvision_test_loses_all_of_testmini_to_decontamination():
+    for path in ("mathvision/test.jsonl", "mathvision/testmini.jsonl"):
+        if not (SHARED_DATA / path).is_file():
+            pytest.skip(f"{SHARED_DATA / path} is absent (the offline data copies live in ../shared/data)")
+    from corl_bench.eval.data import load_rows
+    from corl_bench.eval.items import build_items
+    from corl_bench.eval.specs import get_spec
+
+    ts = hfdata.TrainingSet.load(str(SHARED_DATA / "mathvision" / "test.jsonl"))
+    spec = get_spec("mathvision_testmini")
+    report = ts.decontaminate({"mathvision_testmini": build_items(spec, load_rows(spec, SHARED_DATA))})
+    assert report["dropped"] == 304 and report["problems_after"] == 3040 - 304  # testmini is a subset of test
 
 
 def test_a_set_that_is_all_benchmark_is_refused():

@@ -304,6 +304,17 @@ def normalise(text: str) -> str:
     return "".join(unicodedata.normalize("NFKC", text).split()).lower()
 
 
+_OPTION_LABEL = re.compile(r"(?im)^[ \t]*(?:choices:[ \t]*$|\(?[A-Z]\)[ \t]*|[A-Z][:.][ \t]*)")
+
+
+def option_blind(text: str) -> str:
+    """The contamination key of a multiple-choice problem whatever its options' layout: :func:`normalise` after
+    removing a ``Choices:`` line and the option labels that open a line (``(A)``, ``A)``, ``A:``, ``A.``). A training
+    row appends its options as ``Choices:\\n(A) ...`` while a benchmark writes them its own way (MathVision:
+    ``(A) ...`` lines, MathVerse: ``A:...``), so the same problem differs only there."""
+    return normalise(_OPTION_LABEL.sub("", text))
+
+
 @dataclass(frozen=True)
 class TrainProblem:
     """One training problem: ``id`` (shared by its views), the problem text, the hidden ``answer``. The rephrased
@@ -388,25 +399,30 @@ class TrainingSet:
 
     def decontaminate(self, benchmarks: Mapping[str, Sequence[Any]],
                       text_of: Callable[[Any], str | None] | None = None) -> dict[str, Any]:
-        """Drop every problem whose text equals a benchmark item's text exactly or after :func:`normalise`;
+        """Drop every problem whose text equals a benchmark item's text exactly, after :func:`normalise`, or after
+        :func:`option_blind` (a multiple-choice problem whose options are laid out otherwise);
         returns (and keeps in ``self.report``) what was checked and dropped. ``text_of(item)``: an item's
         problem text (default: its ``problem`` attribute)."""
         get = text_of or (lambda it: getattr(it, "problem", None))
         exact: dict[str, str] = {}
         norm: dict[str, str] = {}
+        blind: dict[str, str] = {}
         for bench, items in benchmarks.items():
             for it in items:
                 text = get(it)
                 if isinstance(text, str) and text.strip():
                     exact.setdefault(text.strip(), bench)
                     norm.setdefault(normalise(text), bench)
-        per: dict[str, dict[str, int]] = {b: {"exact": 0, "normalised": 0} for b in benchmarks}
+                    blind.setdefault(option_blind(text), bench)
+        per: dict[str, dict[str, int]] = {b: {"exact": 0, "normalised": 0, "options": 0} for b in benchmarks}
         kept, dropped = [], []
         for p in self.problems:
             bench = exact.get(p.problem.strip())
             how = "exact"
             if bench is None:
                 bench, how = norm.get(normalise(p.problem)), "normalised"
+            if bench is None:
+                bench, how = blind.get(option_blind(p.problem)), "options"
             if bench is None:
                 kept.append(p)
             else:
@@ -416,7 +432,8 @@ class TrainingSet:
         self.report = {"training_set": self.name, "checked_against": sorted(benchmarks),
                        "problems_before": len(kept) + len(dropped), "dropped": len(dropped),
                        "problems_after": len(kept), "by_benchmark": per, "dropped_ids": dropped[:20],
-                       "rule": "exact text, or equal after NFKC + removing all whitespace + lowercase"}
+                       "rule": "exact text, or equal after NFKC + removing all whitespace + lowercase, or equal "
+                               "after that and removing option labels ((A), A:, Choices:)"}
         if not kept:
             raise ConfigError(f"data.train={self.name}: every training problem overlaps the evaluated benchmarks "
                               f"({', '.join(sorted(benchmarks))}); pick another training set")
