@@ -321,7 +321,8 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
           data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
           out: Optional[Path] = typer.Option(None, "--out", help="for a model: results dir (default results/evals/<name>)"),
           phase: str = typer.Option("final", "--phase", help="for a run: final checkpoints or base models"),
-          engine: str = typer.Option("ours", "--engine", help="ours | lm-eval"),
+          engine: str = typer.Option("ours", "--engine", help="ours | lm-eval | vlmevalkit (image benchmarks, "
+                                     "through the VLMEvalKit bridge)"),
           seed: int = typer.Option(0, "--seed"),
           max_problems: Optional[int] = typer.Option(None, "--max-problems", help="first N problems (a stated subset)"),
           samples: Optional[int] = typer.Option(None, "--samples", help="override the spec's k"),

@@ -141,7 +141,12 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     (:mod:`corl_bench.eval.judge`; off by default; checked before anything is loaded). ``extractor``: another
     extractor for the image benchmarks (``answer_tag``: the paper's training format), recorded in the manifest and in
     every row. Image benchmarks generate with the ``hf`` engine (the one with image input); a spec with ``we-math``
-    in its metrics also reports the We-Math four-dimensional metrics (:mod:`corl_bench.eval.wemath`)."""
+    in its metrics also reports the We-Math four-dimensional metrics (:mod:`corl_bench.eval.wemath`).
+
+    ``engine``: ``ours``, ``lm-eval`` (text benchmarks: :mod:`corl_bench.eval.lmeval_bridge`) or ``vlmevalkit``
+    (image benchmarks: :mod:`corl_bench.eval.vlmevalkit_bridge`; VLMEvalKit's own datasets, prompts and generation
+    settings, so ``data_dir``, ``max_problems``, the decoding overrides, ``judge`` and ``extractor`` do not apply; its
+    rows are ours, graded by the spec, and a re-run generates only the benchmarks without predictions)."""
     import dataclasses
 
     from corl_bench.eval.data import load_rows
@@ -152,8 +157,8 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
 
     if phase not in ("final", "base"):
         raise ConfigError(f"--phase must be final or base (got {phase!r})")
-    if engine not in ("ours", "lm-eval"):
-        raise ConfigError(f"--engine must be ours or lm-eval (got {engine!r})")
+    if engine not in ("ours", "lm-eval", "vlmevalkit"):
+        raise ConfigError(f"--engine must be ours, lm-eval or vlmevalkit (got {engine!r})")
     specs = [get_spec(b) for b in benchmarks]
     micro = [s.name for s in specs if s.profile]
     if micro:
@@ -173,7 +178,10 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     images = [s.name for s in specs if s.modality == "image"]
     if images and engine == "lm-eval":
         raise ConfigError(f"{', '.join(images)}: the lm-eval bridge renders text prompts only; evaluate image "
-                          "benchmarks with --engine ours (or the VLMEvalKit bridge)")
+                          "benchmarks with --engine ours (or --engine vlmevalkit)")
+    if engine == "vlmevalkit":
+        _check_vlmevalkit(specs, data_dir=data_dir, max_problems=max_problems, judge=judge, extractor=extractor,
+                          **(overrides or {}))
     judge_model = None
     if judge:
         from corl_bench.eval.judge import Judge
@@ -183,14 +191,19 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
             raise ConfigError(f"--judge: {', '.join(code)} are graded by their tests; drop them or the judge")
         judge_model = Judge(judge)  # an absent judge model fails here, before any data or model is loaded
     data = {}
-    for spec in specs:  # load (and validate) all data before any model is loaded or anything is written
+    own_data = specs if engine != "vlmevalkit" else []  # VLMEvalKit reads its own copies of the data
+    for spec in own_data:  # load (and validate) all data before any model is loaded or anything is written
         items = build_items(spec, load_rows(spec, data_dir))
         data[spec.name] = items[:max_problems] if max_problems else items
     found = targets(target, phase, out)
+    bridged = {ref: _vlmevalkit_model(ref) for _, ref, _ in found} if engine == "vlmevalkit" else {}
     results: dict[str, dict[str, Any]] = {}
     for name, ref, agent_dir in found:
         if run_target(target) is None:
             _write_base_run(agent_dir.parent.parent.parent, name, ref, seed)
+        if engine == "vlmevalkit":
+            results[name] = _run_vlmevalkit(name, ref, bridged[ref], specs, agent_dir, report)
+            continue
         model, tok = load_model(ref)
         engines: dict[str, Any] = {}
         for spec in specs:
@@ -208,19 +221,82 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
             else:
                 scores = evaluate(generate, spec, items, out_path=path, seed=seed, decoding=dec, chunk=chunk,
                                   tokenizer=tok, code_timeout=code_timeout, workers=workers, judge=judge_model)
-            lo, hi = avg_ci(path, spec, {it.id for it in items})
-            results.setdefault(name, {})[spec.name] = {**scores.__dict__, "avg_k_ci95": [lo, hi]}
-            if "we-math" in spec.metrics:
-                from corl_bench.eval.wemath import describe, metrics_from_file
-
-                four_d = metrics_from_file(path, spec, {it.id for it in items})
-                results[name][spec.name]["we_math"] = four_d
-                report(f"{name} {spec.key}: {describe(four_d)}")
-            report(f"{name} {spec.key}: n={scores.n_problems} k={scores.k} avg@k={_pct(scores.avg_k)} "
-                   f"[95% CI {_pct(lo)}-{_pct(hi)}] "
-                   f"greedy={_pct(scores.greedy)} maj@k={_pct(scores.maj_k)} pass@k={_pct(scores.pass_k)} "
-                   f"no-answer={_pct(scores.extraction_failure)} clipped={_pct(scores.clipped)}")
+            results.setdefault(name, {})[spec.name] = _scored(name, spec, scores, path, {it.id for it in items},
+                                                              report)
     return results
+
+
+def _scored(name: str, spec: BenchmarkSpec, scores: Any, path: Path, ids: set[str],
+            report: Callable[[str], None]) -> dict[str, Any]:
+    """One benchmark's result (scores, the avg@k interval, We-Math's metrics where the spec asks) and its lines."""
+    lo, hi = avg_ci(path, spec, ids)
+    result = {**scores.__dict__, "avg_k_ci95": [lo, hi]}
+    if "we-math" in spec.metrics:
+        from corl_bench.eval.wemath import describe, metrics_from_file
+
+        result["we_math"] = four_d = metrics_from_file(path, spec, ids)
+        report(f"{name} {spec.key}: {describe(four_d)}")
+    report(f"{name} {spec.key}: n={scores.n_problems} k={scores.k} avg@k={_pct(scores.avg_k)} "
+           f"[95% CI {_pct(lo)}-{_pct(hi)}] "
+           f"greedy={_pct(scores.greedy)} maj@k={_pct(scores.maj_k)} pass@k={_pct(scores.pass_k)} "
+           f"no-answer={_pct(scores.extraction_failure)} clipped={_pct(scores.clipped)}")
+    return result
+
+
+def _check_vlmevalkit(specs: Sequence[BenchmarkSpec], **options: Any) -> None:
+    """``--engine vlmevalkit``: image benchmarks with a VLMEvalKit counterpart, no option it ignores, VLMEvalKit
+    importable; one-line ConfigErrors, before anything is loaded."""
+    from corl_bench.eval.vlmevalkit_bridge import dataset_name, require_vlmeval
+
+    text = [s.name for s in specs if s.modality != "image"]
+    if text:
+        raise ConfigError(f"{', '.join(text)}: --engine vlmevalkit scores image benchmarks only; evaluate these with "
+                          "--engine ours (or lm-eval) in a separate call")
+    for spec in specs:
+        dataset_name(spec)
+    given = [f"--{k.replace('_', '-')}" for k, v in options.items() if v is not None]
+    if given:
+        raise ConfigError(f"--engine vlmevalkit generates with VLMEvalKit's own datasets and settings; drop "
+                          f"{', '.join(given)} (or use --engine ours)")
+    require_vlmeval()
+
+
+def _vlmevalkit_model(ref: str) -> tuple[Path, str, dict[str, Any]]:
+    """(checkpoint folder, ``vlmeval.vlm`` class, its arguments) of a target; a one-line ConfigError for a target
+    VLMEvalKit cannot load (a micro family, a text model entry, a model type the bridge does not map)."""
+    from corl_bench.eval.vlmevalkit_bridge import model_class
+    from corl_bench.models.load import default_cache_root, kind, model_folder
+
+    if kind(ref) in ("family", "entry"):
+        raise ConfigError(f"--engine vlmevalkit loads vision-language checkpoint folders; {ref!r} is a "
+                          f"{'micro family' if kind(ref) == 'family' else 'text model entry'} (use --engine ours)")
+    folder = model_folder(ref, default_cache_root())
+    return (folder, *model_class(folder))
+
+
+def _run_vlmevalkit(name: str, ref: str, model: tuple[Path, str, dict[str, Any]], specs: Sequence[BenchmarkSpec],
+                    agent_dir: Path, report: Callable[[str], None]) -> dict[str, Any]:
+    """Generate with VLMEvalKit the benchmarks ``agent_dir`` has no predictions of (its work files under
+    ``agent_dir/vlmevalkit/``), then score every benchmark from its rows."""
+    from corl_bench.eval.evaluator import load_scores
+    from corl_bench.eval.vlmevalkit_bridge import model_path, run_vlmevalkit
+    from corl_bench.results import read_complete_rows, read_jsonl
+
+    for spec in specs:
+        check_manifest(agent_dir, spec, spec.decoding, ref, "vlmevalkit")
+    missing = [s.name for s in specs if not read_complete_rows(agent_dir / f"{s.name}.jsonl")[0]]
+    if missing:
+        folder, cls, kwargs = model
+        work = agent_dir / "vlmevalkit"
+        run_vlmevalkit(cls, model_path(folder, work), missing, work, out_dir=agent_dir, model_name=name,
+                       model_kwargs=kwargs)
+    scores = load_scores(agent_dir, [s.name for s in specs])
+    out = {}
+    for spec in specs:
+        path = agent_dir / f"{spec.name}.jsonl"
+        ids = {str(r["problem_id"]) for r in read_jsonl(path)}
+        out[spec.name] = _scored(name, spec, scores[spec.name], path, ids, report)
+    return out
 
 
 def avg_ci(path: Path, spec: BenchmarkSpec, ids: set[str]) -> tuple[float | None, float | None]:

@@ -42,6 +42,14 @@ MATHVERSE_VERSIONS: dict[str, str] = {
 }
 """One MathVerse version -> its VLMEvalKit dataset (``MathVerse_MINI`` holds all five)."""
 INSTALL = "pip install -e '.[vlmevalkit]' (VLMEvalKit needs its own torch/torchvision build)"
+MODEL_CLASSES: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen2_vl": ("Qwen2VLChat", {}), "qwen2_5_vl": ("Qwen2VLChat", {}),
+    "internvl_chat": ("InternVLChat", {"version": "V2.0"}), "gemma3": ("Gemma3", {}),
+}
+"""A checkpoint's ``model_type`` -> the ``vlmeval.vlm`` class (and arguments) that loads it, for ``corl-bench eval
+--engine vlmevalkit``. VLMEvalKit's ``InternVLChat`` loads the original InternVL layout (``internvl_chat``, remote
+code), not transformers' ``internvl`` one; its ``Qwen2VLChat`` picks the Qwen2.5-VL class only when the path names
+``2.5`` / ``2_5`` (:func:`model_path` links such a checkpoint under a name that does)."""
 
 
 def require_vlmeval() -> Any:
@@ -68,6 +76,39 @@ def dataset_name(spec: BenchmarkSpec | str, version: str | None = None) -> str:
         raise ConfigError(f"benchmark {name}: no VLMEvalKit dataset for version {version!r}; versions exist for "
                           f"mathverse_testmini only: {', '.join(MATHVERSE_VERSIONS)}")
     return MATHVERSE_VERSIONS[version]
+
+
+def _model_type(folder: Path) -> Any:
+    import json
+
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def model_class(folder: Path | str) -> tuple[str, dict[str, Any]]:
+    """The ``vlmeval.vlm`` class name and its arguments for a ``save_pretrained`` folder (:data:`MODEL_CLASSES`);
+    a one-line ConfigError for a folder whose model type has none. Reads config.json only."""
+    model_type = _model_type(Path(folder))
+    if model_type not in MODEL_CLASSES:
+        raise ConfigError(f"{folder}: no VLMEvalKit model class is known for model type {model_type!r}; the bridge "
+                          f"takes {', '.join(MODEL_CLASSES)} checkpoints (evaluate others with --engine ours)")
+    name, kwargs = MODEL_CLASSES[model_type]
+    return name, dict(kwargs)
+
+
+def model_path(folder: Path | str, work_dir: Path) -> str:
+    """The path VLMEvalKit is given for ``folder``: the folder itself, or for a Qwen2.5-VL checkpoint whose path does
+    not say so, a link ``<work_dir>/<name>-qwen2_5_vl`` to it (``Qwen2VLChat`` chooses its model class by the path)."""
+    folder = Path(folder)
+    if _model_type(folder) != "qwen2_5_vl" or any(m in str(folder).lower() for m in ("2.5", "2_5", "qwen25")):
+        return str(folder)
+    link = Path(work_dir) / f"{folder.name}-qwen2_5_vl"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(folder.resolve(), target_is_directory=True)
+    return str(link)
 
 
 def _blank(value: Any) -> bool:
