@@ -29,6 +29,9 @@ arch            mimics (model class)                         tiny settings (text
 ``internvl``    OpenGVLab/InternVL3_5-2B-HF                  32-px tiles (1-4 and a thumbnail), 4-px patches,
                 (``InternVLForConditionalGeneration``)       pixel shuffle 0.5: 16 ``<IMG_CONTEXT>`` per tile
                                                              between ``<img>`` and ``</img>``; Qwen2 text
+``llava-        llava-hf/llava-onevision-qwen2-0.5b-ov-hf    SigLIP tower, 32 px, 8-px patches (all 16 kept),
+onevision``     (``LlavaOnevisionForConditionalGeneration``) any-res tiles of 32 px and a base view
+                                                             (``anyres_max_9``); Qwen2 text and chat template
 ``llava``       llava-hf/llava-1.5-7b-hf                     CLIP tower, 32 px, 8-px patches, CLS dropped
                 (``LlavaForConditionalGeneration``)          (``default`` strategy, layer -2): 16 tokens per
                                                              image; Llama text; ``USER: <image>\\n... ASSISTANT:``
@@ -50,10 +53,11 @@ it), the Idefics3 and Gemma-3 ones write their ``<bos>`` themselves, so ``proces
 ``add_special_tokens=False`` for those two (``apply_chat_template(tokenize=True)`` decides so itself) or the prompt
 starts with two of them, as with the real checkpoints.
 
-The Qwen2-VL, Qwen2.5-VL and InternVL processor classes take a video processor, which transformers (5.24) has for
-the torchvision backend only; they are built and loaded without it
-(:func:`corl_bench.models.hf_vlm.without_video`), as every real checkpoint of those families is. Not built yet
-(:data:`UNAVAILABLE`): LLaVA-OneVision and SmolVLM (their image paths are those of ``llava-next`` and ``idefics3``).
+The Qwen2-VL, Qwen2.5-VL, InternVL and LLaVA-OneVision processor classes take a video processor, which
+transformers (5.24) has for the torchvision backend only; they are built and loaded without it
+(:func:`corl_bench.models.hf_vlm.without_video`), as every real checkpoint of those families is. Not built
+(:data:`UNAVAILABLE`): SmolVLM, whose processor needs the ``num2words`` package (its image path and chat template are
+those of ``idefics3``).
 
 Nothing here imports torch or transformers at module level.
 """
@@ -143,6 +147,13 @@ INTERNVL_TEMPLATE = (  # OpenGVLab/InternVL3-*-hf (a Qwen2 chat; each image is <
     "{{ '<IMG_CONTEXT>\n' }}{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}"
     "{% endif %}{{'<|im_end|>\n'}}{% endfor %}{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}"
     "{% endif %}")
+
+LLAVA_ONEVISION_TEMPLATE = (  # llava-hf/llava-onevision-qwen2-*-ov-hf (images before the text of a turn)
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>\n' }}{% endfor %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ content['text'] }}{% endfor %}{% endif %}{{'<|im_end|>\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}{% endif %}")
 
 GEMMA3_TEMPLATE = (  # gemma-3-*-it
     "{{ bos_token }}\n"
@@ -402,6 +413,33 @@ def _build_internvl() -> tuple[Any, Any, dict[str, Any]]:
     return tf.InternVLForConditionalGeneration(cfg), proc, {}
 
 
+def _build_llava_onevision() -> tuple[Any, Any, dict[str, Any]]:
+    """LLaVA-OneVision: a SigLIP tower (32 px, 8-px patches, every patch a token), any-res tiles of 32 px (pinpoints
+    32x64, 64x32, 64x64) and a base view, ``anyres_max_9``; Qwen2 text; the Qwen chat template with ``<image>``."""
+    import transformers as tf
+    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+        LlavaOnevisionImageProcessorPil,
+    )
+
+    from corl_bench.models.hf_vlm import without_video
+
+    tok = _qwen_tokenizer(tail=("<|im_start|>", "<|im_end|>", "<image>", "<video>"))
+    patch = 8
+    pinpoints = [[TILE, 2 * TILE], [2 * TILE, TILE], [2 * TILE, 2 * TILE]]
+    images = LlavaOnevisionImageProcessorPil(size={"height": TILE, "width": TILE}, image_grid_pinpoints=pinpoints)
+    proc = without_video(tf.LlavaOnevisionProcessor)(
+        image_processor=images, tokenizer=tok, num_image_tokens=(TILE // patch) ** 2,
+        vision_feature_select_strategy="full", chat_template=LLAVA_ONEVISION_TEMPLATE, image_token="<image>",
+        video_token="<video>")
+    tid = tok.convert_tokens_to_ids
+    cfg = tf.LlavaOnevisionConfig(
+        vision_config=tf.SiglipVisionConfig(**VISION, image_size=TILE, patch_size=patch),
+        text_config=tf.Qwen2Config(**TEXT, **_ids(tok)), image_token_index=tid("<image>"),
+        video_token_index=tid("<video>"), image_grid_pinpoints=pinpoints, vision_feature_select_strategy="full",
+        vision_feature_layer=-1, tie_word_embeddings=False)
+    return tf.LlavaOnevisionForConditionalGeneration(cfg), proc, {}
+
+
 ARCHS: dict[str, TinyArch] = {
     "qwen2-vl": TinyArch("qwen2-vl", "Qwen/Qwen2-VL-2B-Instruct", "Qwen2VLForConditionalGeneration",
                          "Qwen2VLProcessor", "Qwen2VLImageProcessorPil", "<|image_pad|>"),
@@ -409,6 +447,9 @@ ARCHS: dict[str, TinyArch] = {
                            "Qwen2_5_VLProcessor", "Qwen2VLImageProcessorPil", "<|image_pad|>"),
     "internvl": TinyArch("internvl", "OpenGVLab/InternVL3_5-2B-HF", "InternVLForConditionalGeneration",
                          "InternVLProcessor", "GotOcr2ImageProcessorPil", "<IMG_CONTEXT>"),
+    "llava-onevision": TinyArch("llava-onevision", "llava-hf/llava-onevision-qwen2-0.5b-ov-hf",
+                                "LlavaOnevisionForConditionalGeneration", "LlavaOnevisionProcessor",
+                                "LlavaOnevisionImageProcessorPil", "<image>"),
     "llava": TinyArch("llava", "llava-hf/llava-1.5-7b-hf", "LlavaForConditionalGeneration", "LlavaProcessor",
                       "CLIPImageProcessorPil", "<image>"),
     "llava-next": TinyArch("llava-next", "llava-hf/llava-v1.6-mistral-7b-hf", "LlavaNextForConditionalGeneration",
@@ -422,13 +463,14 @@ ARCHS: dict[str, TinyArch] = {
 
 _BUILDERS: dict[str, Callable[[], tuple[Any, Any, dict[str, Any]]]] = {
     "qwen2-vl": lambda: _qwen_vl("2"), "qwen2.5-vl": lambda: _qwen_vl("2.5"), "internvl": _build_internvl,
+    "llava-onevision": _build_llava_onevision,
     "llava": _build_llava, "llava-next": _build_llava_next, "idefics3": _build_idefics3, "gemma3": _build_gemma3}
 
 _VIDEO = ("its processor class takes a video processor, and transformers has video processors for the torchvision "
           "backend only: AutoProcessor.from_pretrained(path, backend='pil') cannot load it (see the module docstring)")
 UNAVAILABLE: dict[str, str] = {
-    "llava-onevision": "not built yet; 'llava-next' has its any-res image path",
-    "smolvlm": "not built yet; 'idefics3' has its image path and chat template",
+    "smolvlm": "its processor needs the num2words package (not a dependency of corl-bench); 'idefics3' has its "
+               "image path and chat template",
 }
 """architectures asked for that cannot be built here, with the reason"""
 
