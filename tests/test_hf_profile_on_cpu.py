@@ -280,7 +280,7 @@ def test_a_short_hf_run_evaluates_like_corl_bench_eval_and_drops_contaminated_pr
     assert info["status"] == "finished" and info["profile"] == "hf"
     cont = info["contamination"]
     assert cont["problems_before"] == 10 and cont["dropped"] == 2 and sorted(cont["dropped_ids"]) == ["g4", "g5"]
-    assert cont["by_benchmark"]["gsm8k"] == {"exact": 1, "normalised": 1}
+    assert cont["by_benchmark"]["gsm8k"] == {"exact": 1, "normalised": 1, "options": 0}
     sample = read_jsonl(rd.samples_path)[0]
     assert sample["prompt"].startswith("<|user|>") and "\n Please reason step by step" in sample["prompt"]
     assert sample["problem_id"] not in ("g4", "g5")
@@ -364,6 +364,62 @@ def test_every_paper_config_validates_on_a_cpu_without_its_models(path, tmp_path
     assert cfg.data.train == "math-level345" and cfg.run.steps == 139
     devices = [a.device for a in cfg.cohort.agents]
     assert len(set(devices)) == len(devices)  # each agent on its own GPU
+
+
+VLM_PAPER_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "paper" / "vlm").glob("*.yaml"))
+VLM_SETS = {"multimodal-open-r1-8k-verified": 961, "mmr1": 722}  # data.train -> steps of one epoch at 8 prompts
+
+
+def test_the_paper_vlm_configs_are_every_cell_on_both_training_sets():
+    stems = {p.stem for p in VLM_PAPER_CONFIGS}
+    cells = ["corl-cross-family", "corl-same-family"] + [f"{m}-{b}" for m in ("ttrl", "gt-reward", "mm-upt")
+                                                          for b in ("qwen2.5-vl-3b", "internvl3.5-2b")]
+    assert stems == {f"{c}-{d}" for c in cells for d in ("open-r1", "mmr1")}
+
+
+@pytest.mark.parametrize("path", VLM_PAPER_CONFIGS, ids=lambda p: p.stem)
+def test_every_paper_vlm_config_validates_on_a_cpu_without_its_models(path, tmp_path, monkeypatch, caplog):
+    """configs/paper/vlm/*.yaml resolve here as checked for another machine (the GPUs, the training data, the
+    benchmarks' data and the hub models this CPU lacks are warnings; an uncached hub model is one) and carry the
+    paper's VLM settings (lr 1e-6, 8 prompts, K 8, 1024 tokens, T 1.0, no KL, one epoch; the R1-V prompt and its
+    <answer> tag), MM-UPT its recipe (12 prompts, K 10, T 0.7, 2048 tokens, KL 0.01, its boxed prompt), and the
+    paper's evaluation (the four multimodal benchmarks, greedy, 16384 tokens)."""
+    import logging
+
+    from corl_bench.config import checking_for_elsewhere
+    from corl_bench.train.runner import resolve
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with checking_for_elsewhere(), caplog.at_level(logging.WARNING):
+        cfg = resolve(load_config(path, [f"run.output_dir={tmp_path / 'runs'}"])).config
+    families = [a.family for a in cfg.cohort.agents]
+    assert set(families) <= {"Qwen/Qwen2.5-VL-3B-Instruct", "OpenGVLab/InternVL3_5-2B-HF"}
+    for family in set(families):  # not cached: a warning (downloaded by run, or fetched where the hub is reachable)
+        assert any(family in r.getMessage() and "not in the local Hugging Face cache" in r.getMessage()
+                   for r in caplog.records), family
+    assert cfg.model.profile == "hf" and cfg.grpo.lr == 1e-6 and cfg.model.dtype == "float32"
+    assert cfg.eval.benchmarks == ("mathvision", "mathverse_testmini", "mathvista_testmini", "wemath_testmini")
+    assert (cfg.eval.greedy, cfg.eval.samples, cfg.eval.max_new_tokens, cfg.eval.select) == (True, 0, 16384, "final")
+    assert (cfg.memory.logit_chunk, cfg.memory.shared_prefix) == (0, False)  # neither takes images
+    one_epoch = VLM_SETS[cfg.data.train]
+    if cfg.method.name == "mm-upt":
+        assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens) == (
+            12, 10, 2048)
+        assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.grpo.kl_coef, cfg.grpo.weight_decay) == (
+            0.7, 0.99, 0.01, 0.01)
+        assert all(a.prompt == "" for a in cfg.cohort.agents)  # its own boxed prompt, the profile's default
+        assert cfg.run.steps == one_epoch * 8 // 12
+    else:
+        assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens) == (
+            8, 8, 1024)
+        assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.grpo.kl_coef) == (1.0, 1.0, 0.0)
+        assert cfg.rollout.extractor == "answer_tag" and all(a.prompt == "r1v" for a in cfg.cohort.agents)
+        assert cfg.run.steps == one_epoch
+    devices = [a.device for a in cfg.cohort.agents]
+    assert len(set(devices)) == len(devices)  # each agent on its own GPU
+    expected_row = {"corl-cross-family": "different-family", "corl-same-family": "same-family"}
+    assert cfg.cohort.paper_row == expected_row.get(path.stem.removesuffix("-open-r1").removesuffix("-mmr1"), "")
 
 
 @pytest.mark.slow

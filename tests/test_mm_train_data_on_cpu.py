@@ -122,3 +122,33 @@ def test_render_attaches_the_images_and_text_problems_are_unchanged(tmp_path):
     assert profile.render(text, "original") == Request(text=f"What is 2+2?\n {hfdata.INSTRUCTION}")
     assert profile.render(text, "original").images == ()
     assert json.loads(json.dumps({"text": profile.render(text, "original").text}))["text"].endswith("\\boxed{}.")
+
+
+def test_the_r1v_prompt_asks_the_papers_vlm_turn_and_its_answer_tag_is_read(tmp_path):
+    """A cohort agent's ``prompt: r1v`` asks a multimodal problem as the paper's VLM training turn (R1-V: the problem,
+    a space, the <think>/<answer> instruction; no boxed instruction), as the user turn of the model's own chat
+    template with the image placed by it; ``rollout.extractor=answer_tag`` reads the answer of such a completion."""
+    from corl_bench.config import AgentSpec, load_config
+    from corl_bench.models.tiny_vlm import build
+    from corl_bench.profile import render_for
+    from corl_bench.registries import EXTRACTORS
+
+    root = local_set(tmp_path / "data", "mmr1")
+    p0 = hfdata.TrainingSet.load("mmr1", root).problems[0]
+    r1v = f"Find x in the triangle. {hfdata.ANSWER_TAG_INSTRUCTION}"
+    assert hfdata.ANSWER_TAG_INSTRUCTION == ("Output the thinking process in <think> </think> and final answer in "
+                                             "<answer> </answer> tags.")
+    profile = HFProfile()
+    assert profile.render(p0, "original", prompt="r1v") == Request(text=r1v, images=p0.images)
+    folder = build("qwen2.5-vl", tmp_path / "qwen2.5-vl", seed=0)
+    HFProfile.check_agent(AgentSpec("a0", str(folder), prompt="r1v"))  # a valid prompt format
+    profile.load(str(folder), "cpu")  # as in a run: the loaded tokenizer carries the model's processor
+    req = render_for(profile, p0, AgentSpec("a0", str(folder), prompt="r1v"))
+    assert req.images == p0.images and hfdata.INSTRUCTION not in req.text
+    user = req.text[req.text.index("<|im_start|>user\n"):]  # the user turn of the model's own chat template
+    assert user.index("<|vision_start|>") < user.index(f"{r1v}<|im_end|>")  # the image, then the R1-V text
+    assert req.text.endswith("<|im_start|>assistant\n")
+    cfg = load_config(None, ["model.profile=hf", "rollout.extractor=answer_tag", "data.train=mmr1"])
+    read = EXTRACTORS.get(cfg.rollout.extractor)
+    assert read("<think>x = 5 since ...</think> <answer> 5 </answer>") == "5"
+    assert read("so x = \\boxed{5}") is None  # no <answer> tag: no answer (the paper's verifier has no fallback)

@@ -76,3 +76,20 @@ def test_each_method_trains_real_vlm_architectures_on_cpu(world, tmp_path, metho
     for a in info["agents"]:
         preds = read_jsonl(rd.predictions_path("final", a["name"], "mathvision_testmini"))
         assert len(preds) == 2 and all(p["images"] for p in preds)
+
+
+def test_memory_fitting_never_chunks_the_logits_of_a_vision_language_cohort_on_cpu(world, tmp_path, monkeypatch):
+    """The hf profile fits a micro-batch and a logit chunk where the config sets neither; chunked logits take no
+    images, so a VLM cohort gets the micro-batch alone (a real VLM's 150k vocabulary would otherwise be chunked and
+    the run refused)."""
+    from corl_bench.hf import fit
+    from corl_bench.train.runner import resolve
+
+    models, root = world
+    monkeypatch.setattr(fit, "fit_memory", lambda *a, **k: (4, 256, {}))  # what a 150k-token vocabulary gets
+    cfg = load_config(None, [
+        "method.name=corl", "cohort.name=tiny-vlm-2", "cohort.profile=hf", f"cohort.agents={_agents(models, 2)}",
+        "eval.benchmarks=[mathvision_testmini]", f"data.data_dir={root / 'data'}",
+        f"data.train={root / 'train' / 'train.jsonl'}", f"run.output_dir={tmp_path}"])
+    mem = resolve(cfg).config.memory
+    assert (mem.micro_batch, mem.logit_chunk) == (4, 0)

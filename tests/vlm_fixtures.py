@@ -51,18 +51,20 @@ def write_rows(path: Path, bench: str, sampled: int, greedy: int, *, with_sample
 
 def make_vlm_run(root: Path, run_id: str, method: str, cohort: str, seed: int, agents: dict[str, str],
                  final: Counts, base: Optional[Counts] = None, *, profile: str = "micro-visual", steps: int = 30,
-                 with_samples: bool = True) -> Path:
-    """A finished run; ``agents`` maps agent name -> family (in ring order)."""
+                 with_samples: bool = True, train: str = "", paper_row: str = "") -> Path:
+    """A finished run; ``agents`` maps agent name -> family (in ring order); ``train``: config.yaml data.train,
+    ``paper_row``: run.json paper_row (both left out when empty)."""
     run_dir = root / "runs" / run_id
     run_dir.mkdir(parents=True)
     meta = {"run_id": run_id, "method": method, "cohort": cohort, "profile": profile, "seed": seed, "tag": "",
             "status": "finished", "steps": steps, "phases": ["base", "final"], "timings": {},
-            "agents": [{"name": n, "family": f, "view": "original"} for n, f in agents.items()]}
+            "agents": [{"name": n, "family": f, "view": "original"} for n, f in agents.items()],
+            **({"paper_row": paper_row} if paper_row else {})}
     (run_dir / "run.json").write_text(json.dumps(meta), encoding="utf-8")
     benches = sorted({b for per in final.values() for b in per})
     cfg = {"method": {"name": method, "options": {}}, "cohort": {"name": cohort},
            "model": {"profile": profile}, "eval": {**DECODING, "benchmarks": benches},
-           "run": {"seed": seed, "steps": steps}}
+           "run": {"seed": seed, "steps": steps}, **({"data": {"train": train}} if train else {})}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     for phase, counts in (("final", final), ("base", base or {})):
         for agent, per_bench in counts.items():

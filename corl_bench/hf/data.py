@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """The paper's instruction, appended to every training problem (``"{problem}\\n {instruction}"``, its exact format)."""
+ANSWER_TAG_INSTRUCTION = ("Output the thinking process in <think> </think> and final answer in <answer> </answer> "
+                          "tags.")
+"""The paper's vision-language training instruction (R1-V; ``"{problem} {instruction}"``, no system message), asked by
+a cohort agent's ``prompt: r1v`` and read with ``rollout.extractor=answer_tag``."""
 DEFAULT_TRAIN = "math-level345"
 
 

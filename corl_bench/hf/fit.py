@@ -72,13 +72,15 @@ KNOWN = {
 
 
 def from_config(path: Path, name: str) -> Arch:
-    """The architecture in a ``config.json`` (a vision-language config: its text model)."""
-    c = json.loads(Path(path).read_text(encoding="utf-8"))
-    c = c.get("text_config", c)
+    """The architecture in a ``config.json``. A vision-language config: its text model's sizes (``text_config``, and
+    the top level for a size it leaves out, as older hub configs keep ``vocab_size`` there) and the top level's
+    ``tie_word_embeddings`` (the composite model's own head decides); the vision tower is not counted."""
+    top = json.loads(Path(path).read_text(encoding="utf-8"))
+    c = {**top, **(top.get("text_config") or {})}
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
     return Arch(name, hidden, c["num_hidden_layers"], heads, c.get("num_key_value_heads") or heads,
                 c.get("head_dim") or hidden // heads, c["intermediate_size"], c["vocab_size"],
-                bool(c.get("tie_word_embeddings", True)))
+                bool(top.get("tie_word_embeddings", c.get("tie_word_embeddings", True))))
 
 
 def arch_of(ref: str, cache_root: Path | None = None) -> Arch | None:

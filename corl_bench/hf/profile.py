@@ -12,7 +12,10 @@ Prompts. A training problem is the paper's single user turn, ``"{problem}\\n Ple
 final answer within \\boxed{}."``, rendered with the agent's chat template when its tokenizer has one (SmolLM2) and
 as plain text when it has none (the Gemma base model), so every agent is asked in its own model's format. A cohort
 agent may be asked otherwise (``prompt: bare`` — the problem alone; ``prompt: fewshot`` — three worked examples as
-plain text, stopping at the next "Question:", the format in which the Gemma base model answers at all).
+plain text, stopping at the next "Question:", the format in which the Gemma base model answers at all; ``prompt: r1v``
+— the paper's vision-language training turn, ``"{problem} Output the thinking process in <think> </think> and final
+answer in <answer> </answer> tags."``, whose answer ``rollout.extractor=answer_tag`` reads). Benchmarks are asked in
+their spec's own prompt whatever the agent's ``prompt`` (the paper's VLM evaluation: the boxed prompt).
 
 Data. ``data.train`` (default ``math-level345``; :mod:`corl_bench.hf.data`), decontaminated against every benchmark
 the run evaluates before the first problem is drawn; the rephrased view is written by ``data.rephrase_model``
@@ -39,7 +42,7 @@ def _cache_root(cfg: ModelConfig) -> Path:
     return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
 
 
-PROMPTS = ("paper", "bare", "fewshot")
+PROMPTS = ("paper", "bare", "fewshot", "r1v")
 """The hf profile's prompt formats (a cohort agent's ``prompt``)."""
 SHOTS = (("What is 3 + 4?", "3 + 4 = 7. The answer is 7."),
          ("Tom has 5 apples. He buys 3 more and then eats 2. How many apples does he have now?",
@@ -151,6 +154,8 @@ class HFProfile(Profile):
         if not (g.micro_batch or g.logit_chunk or g.shared_prefix):
             archs = cls.archs(cfg)
             mb, chunk, peaks = fit.fit_memory(cfg, archs, cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
+            if any(cls.takes_images(a) for a in cfg.cohort.agents):
+                chunk = 0  # chunked logits take no images yet: a vision-language cohort fits by micro-batch alone
             cfg = cfg.replace(memory=dataclasses.replace(g, micro_batch=mb, logit_chunk=chunk))
             notes.append(f"memory.micro_batch={mb} memory.logit_chunk={chunk} (fit to "
                          f"{', '.join(f'{fit.device_memory(d) / fit.GB:.0f} GB on {d}' for d in peaks)})")
@@ -323,18 +328,21 @@ class HFProfile(Profile):
 
     def render(self, problem: Any, view: str, model: str | None = None, prompt: str = "") -> Request:
         """``problem`` in ``view`` as the agent is asked (``prompt``): ``paper`` (default) = the paper's user turn,
-        ``bare`` = the problem alone, both in ``model``'s chat template when it has one; ``fewshot`` = worked
-        examples then ``Question: ... Answer:`` as plain text (generation stops at the next "Question:"). A problem
+        ``bare`` = the problem alone, ``r1v`` = the paper's vision-language turn (``"{problem} "`` and
+        :data:`~corl_bench.hf.data.ANSWER_TAG_INSTRUCTION`), each in ``model``'s chat template when it has one;
+        ``fewshot`` = worked examples then ``Question: ... Answer:`` as plain text (generation stops at the next
+        "Question:"). A problem
         with images (a multimodal training set) carries them on the request, in order; the text holds no image token
         (a real VLM's chat template places them, :func:`chat_prompt`). Text problems give exactly the request they
         always did."""
-        from corl_bench.hf.data import INSTRUCTION
+        from corl_bench.hf.data import ANSWER_TAG_INSTRUCTION, INSTRUCTION
 
         question = problem.text(view)
         images = tuple(getattr(problem, "images", ()) or ())
         if prompt == "fewshot":
             return Request(text=fewshot_prompt(question), images=images)
-        text = question if prompt == "bare" else f"{question}\n {INSTRUCTION}"
+        text = (question if prompt == "bare" else f"{question} {ANSWER_TAG_INSTRUCTION}" if prompt == "r1v"
+                else f"{question}\n {INSTRUCTION}")
         return Request(text=chat_prompt(self.tokenizer(model) if model else None, text, len(images)), images=images)
 
     @staticmethod

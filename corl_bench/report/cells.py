@@ -64,12 +64,23 @@ class TableRow:
 
 @dataclass(frozen=True)
 class Block:
-    """The rows of one backbone (agent family)."""
+    """The rows of one backbone (agent family); in a vision-language table, of one (family, paper training set)."""
 
     family: str
     backbone: Optional[str]  # the paper backbone it maps to (reference.BACKBONES), if any
     rows: tuple[TableRow, ...]
     base_sources: tuple[tuple[int, str], ...]  # (seed, run id) that supplied Base
+    dataset: str = ""  # vision-language: the paper training set its runs trained on (reference.PAPER_VLM_DATASETS)
+
+    @property
+    def name(self) -> str:
+        """The family, and the training set where blocks are per set: "Qwen/Qwen2.5-VL-3B-Instruct, trained on MMR1"."""
+        return self.family + (f", trained on {self.dataset}" if self.dataset else "")
+
+    @property
+    def title(self) -> str:
+        """How a rendered table heads it: its name, then the paper backbone it maps to."""
+        return self.name + (f" (paper backbone {self.backbone})" if self.backbone else "")
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ class AgentResult:
     base: dict[str, BenchmarkScores]
     phase: str = "final"  # which evaluation phase ``final`` holds (run.json ``selection``, else "final")
     paper_row: str = ""  # the paper row its cohort reproduces (run.json ``paper_row``; "" in runs written before it)
+    train_set: str = ""  # the run's training set (config.yaml ``data.train``; "" when unset or unreadable)
 
     def metrics(self, phase: str = "final") -> Scores:
         """benchmark -> metric -> value for ``phase`` ("final": the reported checkpoint, or "base")."""
@@ -241,6 +242,19 @@ def _read_config(run: RunDir, rel: str, warnings: list[str]) -> Optional[Mapping
         return None
 
 
+def _train_set(run: RunDir) -> str:
+    """config.yaml ``data.train`` ("" when the run has none or its config cannot be read: _protocol warns about
+    that)."""
+    import yaml
+
+    try:
+        data = run.config().get("data")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError):
+        return ""
+    train = data.get("train") if isinstance(data, Mapping) else None
+    return train if isinstance(train, str) else ""
+
+
 def _manifest_decoding(run: RunDir) -> Optional[tuple[tuple[str, Any], ...]]:
     """For a ``corl-bench eval`` target (no config.yaml): the decoding its ``eval_manifest.json`` files record.
     A key on which the benchmarks differ (k: 8 for AMC, 1 for GSM8K) becomes the text ``"amc83 8, gsm8k 1"``."""
@@ -322,7 +336,7 @@ def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
                         f"its cohort {cohort!r}")
         paper_row = ""
     versions: dict[str, set[str]] = {}
-    results, missing = [], []
+    results, missing, train_set = [], [], _train_set(run)
     selection, chosen = selected_phases(record) if selected and phase == "final" else (None, {})
     for index, agent in enumerate(agents):
         name = agent.name
@@ -336,7 +350,7 @@ def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
             missing.append(name)
             continue
         results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, agent.family or "",
-                                   seed, profile, final, base, use, paper_row))
+                                   seed, profile, final, base, use, paper_row, train_set))
     if not results:
         suffix = "" if status == "finished" else f" (status {status!r})"
         return [], None, warnings + [f"{rel} has no predictions for phase {phase}{suffix}; skipped"]

@@ -172,7 +172,7 @@ def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[B
     sources = []
     for b in blocks:
         if b.base_sources:
-            sources.append(f"{b.family} from " + ", ".join(f"{rid} (seed {s})" for s, rid in b.base_sources))
+            sources.append(f"{b.name} from " + ", ".join(f"{rid} (seed {s})" for s, rid in b.base_sources))
     if sources:
         lines.append("Base (base-phase evaluation, per seed from the block's first run in row order): "
                      + "; ".join(sources) + ".")

@@ -16,14 +16,16 @@ Public API (no torch):
   kind on their own. A row meets the paper's row of the same label: a run whose cohort names the paper row it
   reproduces (``cohort.paper_row``) is labelled like it ("Co-RL (cross-family)"). Text compares sampled pass@1
   (``avg_k``) with the main LLM table, and a "Co-RL (three agents)" row with the three-agent ring table (``n3``);
-  vision-language compares greedy accuracy with the ``vlmSmall`` / ``vlmLarge`` blocks trained on open-r1 (the one
-  training set every paper backbone has) and shows ``vlmSmall``, ``vlmLarge`` and ``ensVLM`` on their own.
+  vision-language compares greedy accuracy with the ``vlmSmall`` / ``vlmLarge`` block of the training set our block
+  trained on (``data.train`` multimodal-open-r1-8k-verified: open-r1; mmr1: MMR1; the paper never compares the two),
+  else the one trained on open-r1 (the training set every paper backbone has), and shows ``vlmSmall``, ``vlmLarge``
+  and ``ensVLM`` on their own.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -166,20 +168,28 @@ def _paper_rows(block: Block, papers: Sequence[ref.PaperBlock], columns: Sequenc
 
 
 def _paper(kind: str, path: Optional[Path]) -> tuple[dict[str, tuple[ref.PaperBlock, ...]],
-                                                   tuple[ref.PaperBlock, ...], str]:
-    """(backbone -> the blocks our rows meet, every block shown on its own, the words for the mapped note)."""
+                                                   tuple[ref.PaperBlock, ...]]:
+    """(backbone -> the blocks our rows may meet, every block shown on its own)."""
     if kind == TEXT:
         blocks = ref.llm_main(path)
         mapping = {b.backbone: (b,) for b in blocks}
         for b in ref.n3(path):  # the three-agent ring's rows (Qwen3-1.7B is only there)
             mapping[b.backbone] = mapping.get(b.backbone, ()) + (b,)
-        return mapping, blocks, ""
+        return mapping, blocks
     blocks = ref.vlm_main(path)
-    chosen: dict[str, ref.PaperBlock] = {}
-    for b in blocks:  # the open-r1 block of each backbone, else its first
-        if b.backbone not in chosen or (b.dataset == VLM_DATASET and chosen[b.backbone].dataset != VLM_DATASET):
-            chosen[b.backbone] = b
-    return {k: (b,) for k, b in chosen.items()}, blocks + ref.ens_vlm(path), f" (trained on {VLM_DATASET})"
+    mapping = {}
+    for b in blocks:  # every training set of a backbone (open-r1, MMR1), one of them per block of ours (_meets)
+        mapping[b.backbone] = mapping.get(b.backbone, ()) + (b,)
+    return mapping, blocks + ref.ens_vlm(path)
+
+
+def _meets(kind: str, block: Block, papers: Sequence[ref.PaperBlock]) -> tuple[ref.PaperBlock, ...]:
+    """The paper blocks ``block`` meets: text, all of them (main table, then the three-agent ring); vision-language,
+    the one trained on the block's paper training set, else on open-r1 (never the other set: see the module
+    docstring)."""
+    if kind == TEXT:
+        return tuple(papers)
+    return tuple(p for p in papers if p.dataset == (block.dataset or VLM_DATASET))
 
 
 def compare(kind: str, blocks: list[Block], columns: Sequence[Column], metrics: Sequence[str],
@@ -187,7 +197,7 @@ def compare(kind: str, blocks: list[Block], columns: Sequence[Column], metrics: 
     """``--reference paper`` for one kind of table (see the module docstring); ``benchmarks`` are those with
     predictions (the Avg is over them), ``columns`` may show more."""
     spec = _KINDS[kind]
-    paper, everything, trained = _paper(kind, path)
+    paper, everything = _paper(kind, path)
     owns = backbone is not None and backbone in paper
     own_blocks = tuple(b for b in everything if b.backbone == backbone) if owns else ()
     mapped = [b for b in blocks if b.backbone in paper]
@@ -195,10 +205,15 @@ def compare(kind: str, blocks: list[Block], columns: Sequence[Column], metrics: 
     benches = [b for b in shown_benches if b in spec.columns]
     notes: list[str] = []
     if mapped and benches and spec.metric in metrics:
-        blocks = [Block(b.family, b.backbone, _paper_rows(b, paper[b.backbone], columns, benchmarks, spec),
-                        b.base_sources) if b.backbone in paper else b for b in blocks]
-        ring = any(r.kind == "paper" and next(p for p in paper[b.backbone] if p.row(r.group)).table == "n3"
-                   for b in blocks if b.backbone in paper for r in b.rows)
+        met = [_meets(kind, b, paper[b.backbone]) if b.backbone in paper else () for b in blocks]
+        blocks = [replace(b, rows=_paper_rows(b, m, columns, benchmarks, spec)) if m else b
+                  for b, m in zip(blocks, met)]
+        ring = any(r.kind == "paper" and next(p for p in m if p.row(r.group)).table == "n3"
+                   for b, m in zip(blocks, met) for r in b.rows)
+        sets = list(dict.fromkeys(p.dataset for m in met for p in m if p.dataset))
+        trained = f" (trained on {', '.join(sets)})" if sets else ""
+        if len(sets) > 1:
+            trained = trained[:-1] + "; each block beside the paper's block of its own training set)"
         notes.append(f"--reference paper: rows marked (paper) hold the paper's printed values for "
                      f"{', '.join(sorted({b.backbone or '' for b in mapped}))}{trained} on "
                      f"{', '.join(spec.columns[b] for b in benches)} ({spec.metric_name} columns only; not ranked)"

@@ -13,15 +13,17 @@ Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
   the table's data classes live in :mod:`corl_bench.report.cells`, the footer in :mod:`corl_bench.report.footer`,
   text vs vision-language tables and ``--reference paper`` in :mod:`corl_bench.report.kinds` (all re-exported here).
 
-Rules: one :class:`Block` per agent family. A block starts with Base (the base-phase evaluation of that family,
-per seed from the block's runs in row order), then one row per (method, cohort) in the order the methods declare
-(``table_order``, then the order of their ``cohort_labels``), labelled ``Method.row_label(cohort)`` (a run whose
-cohort names its paper row, run.json ``paper_row``, takes the label of that row's named cohort: "Co-RL
-(cross-family)" for ``paper-cross-family``); methods this installation cannot describe come last under their raw name (:mod:`corl_bench.report.methods`). Methods with
-``independent_agents`` train every agent of a cohort on its own, so each of their agents lands in the block of its
-family; a (label, family, seed) found in two cohorts is kept once (cohort ``single`` first, then by cohort name)
-with a warning. A multi-agent run with several agents of one family gives one row per agent. Tagged runs
-(run.json ``tag``) get their own row right after the untagged one. Marks: per column, the best label-free mean is
+Rules: one :class:`Block` per agent family (in a vision-language table, per family and paper training set: runs
+trained on open-r1 and on MMR1 get a block each, as in the paper). A block starts with Base (the base-phase
+evaluation of that family, per seed from the block's runs in row order), then one row per (method, cohort) in the
+order the methods declare (``table_order``, then the order of their ``cohort_labels``), labelled
+``Method.row_label(cohort)`` (a run whose cohort names its paper row, run.json ``paper_row``, takes the label of
+that row's named cohort: "Co-RL (cross-family)" for ``paper-cross-family``); methods this installation cannot
+describe come last under their raw name (:mod:`corl_bench.report.methods`). Methods with ``independent_agents``
+train every agent of a cohort on its own, so each of their agents lands in the block of its family; a (label,
+family, seed) found in two cohorts is kept once (cohort ``single`` first, then by cohort name) with a warning. A
+multi-agent run with several agents of one family gives one row per agent. Tagged runs (run.json ``tag``) get their
+own row right after the untagged one. Marks: per column, the best label-free mean is
 bold ("b"), the second underlined ("u"), compared at display precision (ties share); Base, methods of kind
 uses-labels (GT-Reward) or control (Random reward), unknown methods, tagged rows and paper rows are not ranked.
 Runs on vision-language benchmarks (the paper's multimodal suites, the micro-visual suite) get a table of their own
@@ -98,6 +100,7 @@ class _Group:
     tag: str
     members: tuple[AgentResult, ...]  # one per seed, sorted by seed
     kind: str = "label-free"  # the method's kind (corl_bench.method.Method.method_kind, or UNKNOWN)
+    dataset: str = ""  # vision-language: the paper training set of its runs (its block is (family, dataset))
 
     @property
     def sort_key(self) -> tuple[Any, ...]:
@@ -112,7 +115,13 @@ def _who(result: AgentResult) -> str:
     return f"{result.run_id} ({result.agent}, cohort {result.cohort})"
 
 
-def _groups(results: Sequence[AgentResult], warnings: list[str]) -> list[_Group]:
+def _dataset(kind: str, result: AgentResult) -> str:
+    """The paper training set that, with the family, makes a vision-language run's block ("open-r1", "MMR1"; the
+    paper's blocks are per backbone and training set); "" for text runs and for any other training set."""
+    return ref.PAPER_VLM_DATASETS.get(result.train_set, "") if kind == VLM else ""
+
+
+def _groups(results: Sequence[AgentResult], warnings: list[str], kind: str = TEXT) -> list[_Group]:
     """Results grouped into display rows, one member per seed (duplicates dropped with a warning)."""
     views = {m: method_views.describe(m) for m in sorted({r.method for r in results})}
     for view in views.values():
@@ -130,13 +139,13 @@ def _groups(results: Sequence[AgentResult], warnings: list[str]) -> list[_Group]
         family_count[(r.run_id, r.family)] = family_count.get((r.run_id, r.family), 0) + 1
     per_agent = {(r.method, r.cohort, r.tag, r.family) for r in results
                  if not views[r.method].independent and family_count[(r.run_id, r.family)] > 1}
-    buckets: dict[tuple[str, tuple[int, int], str, str, str], list[AgentResult]] = {}
+    buckets: dict[tuple[str, str, tuple[int, int], str, str, str], list[AgentResult]] = {}
     for r in results:
         order, label = _label(views[r.method], r.cohort, multi_cohort, r.paper_row)
         agent = r.agent if (r.method, r.cohort, r.tag, r.family) in per_agent else ""
-        buckets.setdefault((r.family, order, label, agent, r.tag), []).append(r)
+        buckets.setdefault((r.family, _dataset(kind, r), order, label, agent, r.tag), []).append(r)
     groups = []
-    for (family, order, label, agent, tag), members in buckets.items():
+    for (family, dataset, order, label, agent, tag), members in buckets.items():
         by_seed: dict[int, list[AgentResult]] = {}
         for r in members:
             by_seed.setdefault(r.seed, []).append(r)
@@ -148,10 +157,11 @@ def _groups(results: Sequence[AgentResult], warnings: list[str]) -> list[_Group]
             if len(candidates) > 1:
                 name = label + (f" {agent}" if agent else "") + (f" [{tag}]" if tag else "")
                 same = all(c.metrics("final") == candidates[0].metrics("final") for c in candidates[1:])
-                warnings.append(f"{family} / {name}: seed {seed} comes from {len(candidates)} places; kept "
+                where = family + (f", trained on {dataset}" if dataset else "")
+                warnings.append(f"{where} / {name}: seed {seed} comes from {len(candidates)} places; kept "
                                 f"{_who(candidates[0])}, dropped {'; '.join(_who(c) for c in candidates[1:])} "
                                 f"({'identical' if same else 'different'} final scores)")
-        groups.append(_Group(family, order, label, agent, tag, tuple(kept), views[kept[0].method].kind))
+        groups.append(_Group(family, order, label, agent, tag, tuple(kept), views[kept[0].method].kind, dataset))
     return sorted(groups, key=lambda g: g.sort_key)
 
 
@@ -212,7 +222,7 @@ def _marks(rows: Sequence[TableRow], n_columns: int) -> list[tuple[str, ...]]:
 
 
 def _block(family: str, groups: Sequence[_Group], columns: Sequence[Column], benchmarks: Sequence[str],
-           warnings: list[str]) -> Block:
+           warnings: list[str], dataset: str = "") -> Block:
     base_seeds: dict[int, AgentResult] = {}
     for group in groups:  # row order: GT-Reward first
         for r in group.members:
@@ -225,7 +235,8 @@ def _block(family: str, groups: Sequence[_Group], columns: Sequence[Column], ben
         base = TableRow(BASE_LABEL, "base", BASE_LABEL, "", (), "", "", family, tuple(seeds), tuple(r.run_id for r in srcs),
                         _cells([r.metrics("base") for r in srcs], columns, benchmarks), None)
     else:
-        warnings.append(f"{family}: no run has base-phase predictions; Base and Δ left empty")
+        warnings.append(f"{family}{f', trained on {dataset}' if dataset else ''}: no run has base-phase "
+                        "predictions; Base and Δ left empty")
     base_avg = base.cells[-1].mean if base else None
     rows = [base] if base else []
     for g in groups:
@@ -240,7 +251,7 @@ def _block(family: str, groups: Sequence[_Group], columns: Sequence[Column], ben
     marks = _marks(rows, len(columns))
     rows = [replace(r, marks=m) for r, m in zip(rows, marks)]
     return Block(family, ref.backbone_for(family), tuple(rows),
-                 tuple((s, base_seeds[s].run_id) for s in seeds))
+                 tuple((s, base_seeds[s].run_id) for s in seeds), dataset)
 
 
 # ------------------------------------------------------------------------------------------ build
@@ -274,12 +285,15 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
     benchmarks = sorted({b for r in results for b in r.final}, key=kinds.bench_key(kind))
     shown = kinds.shown_benchmarks(kind, benchmarks)
     columns = _columns(metrics, shown, results)
-    groups = _groups(results, warnings)
+    groups = _groups(results, warnings, kind)
     first_index: dict[str, int] = {}
     for r in results:
         first_index[r.family] = min(first_index.get(r.family, r.agent_index), r.agent_index)
-    families = sorted(first_index, key=lambda f: (first_index[f], f))
-    blocks = [_block(f, [g for g in groups if g.family == f], columns, benchmarks, warnings) for f in families]
+    paper_sets = ("", *ref.PAPER_VLM_DATASETS.values())  # a family's blocks in the paper's order: open-r1, MMR1
+    keys = sorted({(r.family, _dataset(kind, r)) for r in results},
+                  key=lambda k: (first_index[k[0]], k[0], paper_sets.index(k[1])))
+    blocks = [_block(f, [g for g in groups if (g.family, g.dataset) == (f, d)], columns, benchmarks, warnings, d)
+              for f, d in keys]
     footer = make_footer(metrics, benchmarks, blocks, collected.runs, warnings) if blocks else []
     empty = kinds.empty_columns_line(benchmarks, shown)
     if empty and footer:

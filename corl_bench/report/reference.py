@@ -18,6 +18,8 @@ Public API (pure Python, no torch):
   ensemble control (``ensVLM``), one block per training set; :func:`vlm_backbones`, :func:`blocks_of`.
 * :data:`PAPER_VLM_BENCHMARKS` - our multimodal benchmark key -> the paper's VLM column; :data:`VLM_BENCHMARKS` - every
   benchmark a vision-language table holds, in the paper's column order (the micro-visual suite last).
+* :data:`PAPER_VLM_DATASETS` - our ``data.train`` name of a paper VLM training set -> the paper's dataset name of its
+  vision-language blocks (open-r1, MMR1).
 
 Values are the strings the paper prints (percent); :attr:`PaperRow.values` holds them as floats (percent).
 """
@@ -33,9 +35,9 @@ from typing import Any, Optional
 logger = logging.getLogger(__name__)
 
 __all__ = ["BACKBONES", "PAPER_BENCHMARKS", "PAPER_ENS_VLM_PROTOCOL", "PAPER_LABELS", "PAPER_PROTOCOL", "PAPER_RESULTS",
-           "PAPER_VLM_BENCHMARKS", "PAPER_VLM_PROTOCOL", "PaperBlock", "PaperRow", "VLM_BENCHMARKS", "backbone_for",
-           "backbones", "blocks_of", "ens_vlm", "llm_main", "load_paper", "n3", "our_label", "vlm_backbones",
-           "vlm_main"]
+           "PAPER_VLM_BENCHMARKS", "PAPER_VLM_DATASETS", "PAPER_VLM_PROTOCOL", "PaperBlock", "PaperRow",
+           "VLM_BENCHMARKS", "backbone_for", "backbones", "blocks_of", "ens_vlm", "llm_main", "load_paper", "n3",
+           "our_label", "vlm_backbones", "vlm_main"]
 
 #: Where the paper's tables live: package data beside this module, so an installed wheel has them (copied verbatim
 #: from the paper's website data; see paper-results.md beside it).
@@ -53,6 +55,11 @@ PAPER_VLM_BENCHMARKS: dict[str, str] = {
     "mathvision": "MathVision", "mathverse_testmini": "MathVerse", "mathvista_testmini": "MathVista",
     "wemath_testmini": "We-Math",
 }
+
+#: Our ``data.train`` name of the paper's vision-language training sets (corl_bench.hf.data.NAMED) -> the dataset of
+#: the paper's blocks trained on it. A vision-language run trained on one meets only the paper's block of that set:
+#: the paper's open-r1 and MMR1 blocks used different multiple-choice graders and are never compared.
+PAPER_VLM_DATASETS: dict[str, str] = {"multimodal-open-r1-8k-verified": "open-r1", "mmr1": "MMR1"}
 
 #: The benchmarks that make a run's table a vision-language one, in the paper's column order (MathVision testmini
 #: beside MathVision); the micro-visual world's held-out suite comes last.

@@ -96,8 +96,7 @@ def _grid(table: PaperTable) -> Grid:
             cells += [Cell(cell_text(stat), mark) for stat, mark in zip(row.cells, marks)]
             cells.append(Cell(fmt_signed(row.delta), marks[-1]))
             rows.append(GridRow(tuple(cells), row.kind))
-        title = block.family + (f" (paper backbone {block.backbone})" if block.backbone else "")
-        sections.append(Section(title, tuple(rows)))
+        sections.append(Section(block.title, tuple(rows)))
     return Grid(VLM_TITLE if table.kind == VLM else TITLE, headers, tuple(sections), table.notes + table.footer)
 
 
@@ -285,7 +284,7 @@ def to_csv(table: PaperTable) -> str:
             for stat in row.cells:
                 cells += [_raw(stat.mean), _raw(stat.sd)]
             marks = "; ".join(f"{c.header}={m}" for c, m in zip(cols, row.marks) if m)
-            writer.writerow([block.family, block.backbone or "", row.label, row.kind, row.method,
+            writer.writerow([block.name, block.backbone or "", row.label, row.kind, row.method,
                              " ".join(row.cohorts), row.tag, row.agent, "" if row.kind == "paper" else len(row.seeds),
                              " ".join(map(str, row.seeds)), " ".join(row.run_ids), *cells,
                              "" if row.delta is None else f"{100.0 * row.delta:.4f}", marks])
