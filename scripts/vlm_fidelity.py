@@ -18,14 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    import numpy as np
     import torch
-    from PIL import Image
 
     from corl_bench.config import AgentSpec, GRPOConfig
     from corl_bench.models.images import codec_of
     from corl_bench.models.load import load_model
-    from corl_bench.models.tiny_vlm import ARCHS, build
+    from corl_bench.models.tiny_vlm import ARCHS, build, noise_image
     from corl_bench.rollout import SamplingParams
     from corl_bench.rollout.base import Request
     from corl_bench.train.agent import Agent, TrainSample
@@ -40,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     for arch in args.archs:
         model, tok = load_model(str(build(arch, root / arch)))
         codec = codec_of(tok)
-        images = [Image.fromarray(np.random.default_rng(i).integers(0, 256, (h, w, 3), dtype=np.uint8))
-                  for i, (w, h) in enumerate([(40, 30), (24, 56)])]
+        images = [noise_image(w, h, i) for i, (w, h) in enumerate([(40, 30), (24, 56)])]
         questions = ["What is 2+3?", "How many squares are shaded?"]
         reqs = [Request(text=codec.chat(q, 1), images=(im,)) for q, im in zip(questions, images)]
         gaps = []

@@ -21,19 +21,11 @@ import torch
 from corl_bench.config import AgentSpec, GRPOConfig
 from corl_bench.models.hf_vlm import ProcessorCodec
 from corl_bench.models.images import codec_of
-from corl_bench.models.tiny_vlm import ARCHS, build
+from corl_bench.models.tiny_vlm import ARCHS, build, noise_image as image
 from corl_bench.rollout import SamplingParams, make_engine
 from corl_bench.rollout.base import Request
 
 _CACHE: dict[str, tuple[Path, Any, Any]] = {}
-
-
-def image(width: int, height: int, seed: int) -> Any:
-    import numpy as np
-    from PIL import Image
-
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return Image.fromarray(pixels, "RGB")
 
 
 @pytest.fixture(scope="module")

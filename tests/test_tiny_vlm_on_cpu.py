@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corl_bench.models.tiny_vlm import ARCHS, UNAVAILABLE, build
+from corl_bench.models.tiny_vlm import ARCHS, UNAVAILABLE, build, noise_image as _image
 
 IMAGE_TOKENS = {"qwen2-vl": 12, "qwen2.5-vl": 12, "internvl": 16, "llava-onevision": 44, "llava": 16, "llava-next": 44, "idefics3": 80,
                 "gemma3": 16}
@@ -26,14 +26,6 @@ PLACEHOLDER = {"qwen2-vl": "<|vision_start|><|image_pad|><|vision_end|>",
 """what the chat template writes for one ``{"type": "image"}`` entry"""
 
 _LOADED: dict[str, tuple[Path, Any, Any]] = {}
-
-
-def _image(width: int, height: int, seed: int) -> Any:
-    import numpy as np
-    from PIL import Image
-
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    return Image.fromarray(pixels, "RGB")
 
 
 @pytest.fixture(scope="module")

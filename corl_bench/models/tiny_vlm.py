@@ -71,7 +71,7 @@ from typing import Any, Callable, Sequence
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ARCHS", "UNAVAILABLE", "TinyArch", "build"]
+__all__ = ["ARCHS", "UNAVAILABLE", "TinyArch", "build", "noise_image"]
 
 TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "max_position_embeddings": 1024}
@@ -502,3 +502,12 @@ def build(arch: str, path: str | Path, seed: int = 0) -> Path:
     log.info("built tiny %s (%s, %d parameters) in %s", arch, ARCHS[arch].model_class,
              sum(p.numel() for p in model.parameters()), path)
     return path
+
+
+def noise_image(width: int, height: int, seed: int) -> Any:
+    """A ``width`` x ``height`` RGB image of uniform noise from ``seed`` (PIL): test and demo input for the models."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels, "RGB")
