@@ -210,3 +210,20 @@ def test_engines_never_sample_image_layout_tokens_even_when_the_model_prefers_th
     fwd = ag.forward([s.request for s in samples], [s.completion for s in samples])
     engine_lp = torch.tensor([lp for s in samples for lp in s.completion.logprobs])
     assert (fwd.logp.detach()[fwd.mask.bool()] - engine_lp).abs().max().item() < 1e-5
+
+
+def test_the_fidelity_and_build_scripts_run_on_cpu(tmp_path):
+    """scripts/build_tiny_vlms.py writes loadable folders; scripts/vlm_fidelity.py prints a row per architecture
+    with equal prompt ids and log-prob gaps under 1e-5."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, str(root / "scripts" / "build_tiny_vlms.py"), "--out", str(tmp_path / "m"),
+                    "gemma3"], check=True, capture_output=True, timeout=300)
+    assert (tmp_path / "m" / "gemma3" / "config.json").is_file()
+    out = subprocess.run([sys.executable, str(root / "scripts" / "vlm_fidelity.py"), "--out", str(tmp_path / "f"),
+                          "internvl"], check=True, capture_output=True, text=True, timeout=300).stdout
+    row = next(line for line in out.splitlines() if line.startswith("| internvl |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "yes" and max(float(cells[4]), float(cells[5])) < 1e-5
