@@ -334,6 +334,8 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
                                               "re-checks answers the rules marked wrong; off by default"),
           extractor: Optional[str] = typer.Option(None, "--extractor", help="image benchmarks only: another "
                                                   "extractor, e.g. answer_tag (the paper's <answer> format)"),
+          max_image_side: int = typer.Option(0, "--max-image-side", help="image benchmarks: downscale images to "
+                                             "this longer side first (the paper's VLM protocol: 1024); 0 = off"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Evaluate models on benchmark specs; per-sample predictions are kept and a re-run skips what exists."""
     from corl_bench.eval.targets import run_eval
@@ -344,6 +346,7 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
         run_eval(target, names, data_dir=data_dir, phase=phase, out=out, seed=seed, max_problems=max_problems,
                  overrides={"samples": samples, "max_new_tokens": max_new_tokens}, engine=engine,
                  code_timeout=code_timeout, workers=workers, chunk=chunk, judge=judge, extractor=extractor,
+                 max_image_side=max_image_side,
                  report=lambda line: Console().print(line, highlight=False))
     except (ConfigError, RegistryError) as e:
         _fail(str(e))

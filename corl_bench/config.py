@@ -106,6 +106,9 @@ class ModelConfig:
     freeze_vision: bool = False
     """vision-language agents: keep the vision tower's weights fixed (a common VLM recipe; the language model and
     the projector still learn); refused for a text model"""
+    max_image_side: int = 0
+    """vision-language agents with their own processor: downscale an image whose longer side exceeds this many
+    pixels before the processor sees it (the paper's VLM protocol: 1024); 0 = only the processor's own limits"""
 
     def __post_init__(self) -> None:
         _check(self.micro_checkpoints in ("shipped", "build"), f"model.micro_checkpoints must be shipped or build "
@@ -115,6 +118,8 @@ class ModelConfig:
         _check(_valid_device(self.device), f"model.device must be auto, cpu, cuda or cuda:N (got {self.device!r}); "
                "set model.device=auto")
         _check(self.threads >= 0, f"model.threads must be >= 0 (got {self.threads}); use 0 for one per core")
+        _check(self.max_image_side >= 0, f"model.max_image_side must be >= 0 (got {self.max_image_side}); use 0 "
+               "for no cap or e.g. 1024")
 
 
 ANSWER_EXTRACTORS = ("qwen", "boxed", "flexible", "letter", "answer_tag")

@@ -162,6 +162,9 @@ def test_eval_manifest_refuses_predictions_of_another_seed_rule_seed_or_chunk(tm
         check_manifest(tmp_path, spec, spec.decoding, "m", "ours", seed=0, chunk=32)
     preds.unlink()  # the fix the message names
     check_manifest(tmp_path, spec, spec.decoding, "m", "ours", seed=0, chunk=32)
+    preds.write_text(json.dumps({"problem_id": "1", "benchmark_version": spec.version}) + "\n")
+    with pytest.raises(ConfigError, match="different max_image_side"):  # --max-image-side changes the images seen
+        check_manifest(tmp_path, spec, spec.decoding, "m", "ours", seed=0, chunk=32, max_image_side=1024)
 
 
 @pytest.mark.parametrize("completion,gold", [

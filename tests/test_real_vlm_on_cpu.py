@@ -64,6 +64,11 @@ def test_prompt_ids_and_image_inputs_equal_the_processors_chat_template_on_cpu(l
                                               return_tensors="pt")
     ids, vision = codec.prompt(Request(text=codec.chat("What is 2+3?", 1), images=(im,)))
     assert ids == ref["input_ids"][0].tolist()
+    from corl_bench.models.load import load_tokenizer  # a prompt rendered before the model loads (Ray's controller)
+
+    folder = loaded(arch)[0]
+    alone = codec_of(load_tokenizer(folder))
+    assert isinstance(alone, ProcessorCodec) and alone.chat("What is 2+3?", 1) == codec.chat("What is 2+3?", 1)
     batch = codec.collate([vision], torch.tensor([ids]))
     assert set(batch) == set(ref) - {"input_ids", "attention_mask"}
     assert all(torch.equal(batch[k], ref[k]) for k in batch)
@@ -227,3 +232,27 @@ def test_the_fidelity_and_build_scripts_run_on_cpu(tmp_path):
     row = next(line for line in out.splitlines() if line.startswith("| internvl |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "yes" and max(float(cells[4]), float(cells[5])) < 1e-5
+
+
+def test_max_image_side_downscales_images_before_the_processor_on_cpu(loaded, tmp_path):
+    """model.max_image_side / --max-image-side (the paper's 1024-px cap): an image whose longer side exceeds the cap
+    is encoded exactly as the same image resized (bicubic, aspect kept); smaller ones are untouched."""
+    from PIL import Image
+
+    from corl_bench.config import ConfigError, load_config
+    from corl_bench.models.load import load_model
+
+    folder, _, tok = loaded("qwen2.5-vl")
+    _, capped_tok = load_model(str(folder), max_image_side=16)
+    capped = codec_of(capped_tok)
+    assert capped.max_image_side == 16 and codec_of(tok).max_image_side == 0
+    big, small = image(40, 30, 0), image(12, 16, 1)
+    text = capped.chat("What is 2+3?", 1)
+    ids, vision = capped.prompt(Request(text=text, images=(big,)))
+    want_ids, want = codec_of(tok).prompt(Request(text=text, images=(big.resize((16, 12), Image.Resampling.BICUBIC),)))
+    assert ids == want_ids and all(torch.equal(vision[k], want[k]) for k in want)
+    assert len(ids) < len(codec_of(tok).prompt(Request(text=text, images=(big,)))[0])  # fewer image tokens
+    assert capped.prompt(Request(text=text, images=(small,)))[0] == codec_of(tok).prompt(
+        Request(text=text, images=(small,)))[0]
+    with pytest.raises(ConfigError, match="model.max_image_side must be >= 0"):
+        load_config(None, ["model.max_image_side=-1"])

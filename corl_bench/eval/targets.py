@@ -92,12 +92,14 @@ def _write_base_run(root: Path, name: str, ref: str, seed: int) -> None:
 
 
 def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: str, engine: str, *,
-                   seed: int | None = None, chunk: int | None = None, judge: str | None = None) -> None:
+                   seed: int | None = None, chunk: int | None = None, judge: str | None = None,
+                   max_image_side: int = 0) -> None:
     """Record the protocol of ``<agent_dir>/<benchmark>.jsonl`` in ``eval_manifest.json``; a one-line ConfigError
     when predictions already there were made under another one. Our engine (resumable: new rows join old ones)
     also records the seed rule, and ``seed`` and ``chunk`` when given (they decide every chunk's random numbers).
     With no predictions in the file (deleted, or never written) the old entry is simply replaced. ``judge``: the LLM
-    judge's model (recorded only when one is used; adding or dropping it is a change of protocol)."""
+    judge's model (recorded only when one is used; adding or dropping it is a change of protocol); ``max_image_side``
+    likewise (recorded when images are capped)."""
     from corl_bench.eval.evaluator import SEED_RULE
     from corl_bench.results import read_complete_rows
 
@@ -111,6 +113,8 @@ def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: s
         entry.update({k: v for k, v in (("seed", seed), ("chunk", chunk)) if v is not None})
     if judge:
         entry["judge"] = judge
+    if max_image_side:
+        entry["max_image_side"] = max_image_side
     old = manifest.get(spec.name)
     preds = agent_dir / (spec.name + ".jsonl")
     if old is not None and read_complete_rows(preds)[0]:
@@ -119,7 +123,7 @@ def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: s
                               f"rule {SEED_RULE} (other random numbers); delete those predictions or evaluate into "
                               "another directory (--out)")
         changed = sorted({k for k in entry if k != "model" and old.get(k) != entry[k]} |
-                         ({"judge"} if old.get("judge") != entry.get("judge") else set()))
+                         {k for k in ("judge", "max_image_side") if old.get(k) != entry.get(k)})
         if changed:
             was = ", ".join(f"{k}={old.get(k)!r}" for k in changed if k in ("seed", "chunk"))
             raise ConfigError(f"{preds} was made with a different {', '.join(changed)}{f' ({was})' if was else ''}; "
@@ -134,7 +138,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
              out: Path | None = None, seed: int = 0, max_problems: int | None = None,
              overrides: dict[str, Any] | None = None, engine: str = "ours", code_timeout: float = 10.0,
              workers: int = 2, chunk: int = 32, report: Callable[[str], None] = log.info, judge: str | None = None,
-             extractor: str | None = None) -> dict[str, dict[str, Any]]:
+             extractor: str | None = None, max_image_side: int = 0) -> dict[str, dict[str, Any]]:
     """Evaluate every target model on every benchmark; returns agent -> benchmark -> scores (as dicts).
 
     ``judge``: a causal LM (folder or cached hub id) that re-checks the answers the rules marked wrong
@@ -142,6 +146,9 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     extractor for the image benchmarks (``answer_tag``: the paper's training format), recorded in the manifest and in
     every row. Image benchmarks generate with the ``hf`` engine (the one with image input); a spec with ``we-math``
     in its metrics also reports the We-Math four-dimensional metrics (:mod:`corl_bench.eval.wemath`).
+
+    ``max_image_side``: a vision-language model's images are downscaled to that longer side first (the paper's VLM
+    protocol: 1024; recorded in the manifest).
 
     ``engine``: ``ours``, ``lm-eval`` (text benchmarks: :mod:`corl_bench.eval.lmeval_bridge`) or ``vlmevalkit``
     (image benchmarks: :mod:`corl_bench.eval.vlmevalkit_bridge`; VLMEvalKit's own datasets, prompts and generation
@@ -157,6 +164,8 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
 
     if phase not in ("final", "base"):
         raise ConfigError(f"--phase must be final or base (got {phase!r})")
+    if max_image_side < 0:
+        raise ConfigError(f"--max-image-side must be >= 0 (got {max_image_side}); 0 = no cap, e.g. 1024")
     if engine not in ("ours", "lm-eval", "vlmevalkit"):
         raise ConfigError(f"--engine must be ours, lm-eval or vlmevalkit (got {engine!r})")
     specs = [get_spec(b) for b in benchmarks]
@@ -181,6 +190,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
                           "benchmarks with --engine ours (or --engine vlmevalkit)")
     if engine == "vlmevalkit":
         _check_vlmevalkit(specs, data_dir=data_dir, max_problems=max_problems, judge=judge, extractor=extractor,
+                          max_image_side=max_image_side or None,
                           **(overrides or {}))
     judge_model = None
     if judge:
@@ -204,11 +214,12 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
         if engine == "vlmevalkit":
             results[name] = _run_vlmevalkit(name, ref, bridged[ref], specs, agent_dir, report)
             continue
-        model, tok = load_model(ref)
+        model, tok = load_model(ref, max_image_side=max_image_side)
         engines: dict[str, Any] = {}
         for spec in specs:
             dec = with_overrides(spec.decoding, **(overrides or {}))
-            check_manifest(agent_dir, spec, dec, ref, engine, seed=seed, chunk=chunk, judge=judge)
+            check_manifest(agent_dir, spec, dec, ref, engine, seed=seed, chunk=chunk, judge=judge,
+                           max_image_side=max_image_side if spec.modality == "image" else 0)
             backend = "hf" if spec.modality == "image" else "fast"
             if engine == "ours" and backend not in engines:
                 engines[backend] = make_engine(backend, model, tok)

@@ -278,7 +278,8 @@ class HFProfile(Profile):
         from corl_bench.models.load import load_folder, model_folder
 
         m, tok = load_folder(model_folder(model, self.cache_root), device=device or self.model_cfg.device,
-                             dtype=self.model_cfg.dtype, trust_remote_code=self.model_cfg.trust_remote_code)
+                             dtype=self.model_cfg.dtype, trust_remote_code=self.model_cfg.trust_remote_code,
+                             max_image_side=self.model_cfg.max_image_side)
         self._tokenizers.setdefault(model, tok)
         return m, tok
 

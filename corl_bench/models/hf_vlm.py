@@ -119,8 +119,10 @@ class ProcessorCodec:
     The same interface as :class:`corl_bench.models.images.VisionCodec`: :meth:`prompt`, :meth:`collate`,
     ``layout_ids``, ``image_token_id``, :meth:`save_pretrained`."""
 
-    def __init__(self, processor: Any) -> None:
+    def __init__(self, processor: Any, max_image_side: int = 0) -> None:
         self.processor = processor
+        self.max_image_side = max_image_side
+        """images whose longer side exceeds this are downscaled to it (aspect kept) before the processor; 0 = off"""
         self.tokenizer = processor.tokenizer
         token = getattr(processor, "image_token", None)
         if not token:
@@ -182,6 +184,17 @@ class ProcessorCodec:
         return self.processor(text=[text], images=[list(images)] if images else None,
                               add_special_tokens=special, return_tensors="pt")
 
+    def _capped(self, image: Any) -> Any:
+        """``image`` downscaled (bicubic, aspect kept) so its longer side is at most ``max_image_side``."""
+        side = self.max_image_side
+        if not side or max(image.size) <= side:
+            return image
+        from PIL import Image
+
+        scale = side / max(image.size)
+        size = (max(1, round(image.size[0] * scale)), max(1, round(image.size[1] * scale)))
+        return image.resize(size, Image.Resampling.BICUBIC)
+
     def _vision(self, out: Any) -> dict[str, Any]:
         return {k: v for k, v in out.items() if k not in ("input_ids", "attention_mask")
                 and k not in self.token_types and hasattr(v, "shape")}
@@ -190,7 +203,7 @@ class ProcessorCodec:
         """(prompt token ids with each image's block in place, the request's image tensors; {} without images).
 
         A token-id request with images must already hold their blocks (its image-token count is checked)."""
-        images = [load_image(i) for i in (getattr(request, "images", ()) or ())]
+        images = [self._capped(load_image(i)) for i in (getattr(request, "images", ()) or ())]
         if request.token_ids is not None:
             ids = list(request.token_ids)
             if not images:

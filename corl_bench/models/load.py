@@ -109,9 +109,14 @@ def _finish(model: Any, tok: Any) -> tuple[Any, Any]:
 
 def load_tokenizer(path: Path, trust_remote_code: bool = False) -> Any:
     """A folder's tokenizer. Tokenizers saved as a plain ``PreTrainedTokenizerFast`` (the micro families) are loaded
-    as such: ``AutoTokenizer`` would rebuild e.g. a Qwen2 tokenizer that tokenizes differently."""
+    as such: ``AutoTokenizer`` would rebuild e.g. a Qwen2 tokenizer that tokenizes differently. A vision-language
+    folder with its own processor gives the processor's tokenizer carrying the codec, so a prompt rendered before (or
+    without) the model is loaded places its images as the loaded model's would."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    if not (path / CODEC_FILE).is_file() and is_processor_vlm(path):  # a VLM's tokenizer carries its processor
+        proc = load_processor(path, trust_remote_code)
+        return attach(proc.tokenizer, ProcessorCodec(proc))
     cfg_path = path / "tokenizer_config.json"
     tok_class = json.loads(cfg_path.read_text()).get("tokenizer_class") if cfg_path.is_file() else None
     if tok_class == "PreTrainedTokenizerFast":
@@ -125,12 +130,13 @@ def load_tokenizer(path: Path, trust_remote_code: bool = False) -> Any:
 
 
 def load_folder(path: Path, *, device: str | None = None, dtype: str | None = None,
-                trust_remote_code: bool = False) -> tuple[Any, Any]:
+                trust_remote_code: bool = False, max_image_side: int = 0) -> tuple[Any, Any]:
     """A ``save_pretrained`` folder; ``dtype`` None keeps the saved dtype handling of transformers (fp32 for the
     micro families and the dequantised entries), ``device`` None leaves the model on the CPU. A vision-language
     folder loads with ``AutoModelForImageTextToText`` and its tokenizer carries the codec: the one written by
     corl-bench's micro families (``corl_vision_codec.json``) or else the model's own processor
-    (:class:`corl_bench.models.hf_vlm.ProcessorCodec`)."""
+    (:class:`corl_bench.models.hf_vlm.ProcessorCodec`; ``max_image_side``: its images are downscaled to that longer
+    side first, 0 = as given)."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
@@ -140,7 +146,7 @@ def load_folder(path: Path, *, device: str | None = None, dtype: str | None = No
     processor_vlm = not (path / CODEC_FILE).is_file() and is_processor_vlm(path)
     if processor_vlm:  # any Hugging Face VLM: its processor's tokenizer, image processor and chat template
         proc = load_processor(path, trust_remote_code)
-        tok = attach(proc.tokenizer, ProcessorCodec(proc))
+        tok = attach(proc.tokenizer, ProcessorCodec(proc, max_image_side=max_image_side))
     else:
         tok = load_tokenizer(path, trust_remote_code)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code} if trust_remote_code else {}
@@ -174,12 +180,13 @@ def model_folder(ref: str, cache_root: Path) -> Path:
 
 
 def load_model(ref: str, cache_root: Path | None = None, *, device: str | None = None, dtype: str | None = None,
-               trust_remote_code: bool = False) -> tuple[Any, Any]:
+               trust_remote_code: bool = False, max_image_side: int = 0) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for a named entry, a folder, a cached hub id or a micro family (module docstring)."""
     root = cache_root or default_cache_root()
     if check_ref(ref, families=True) == "family":
         return load_family(ref)
-    return load_folder(model_folder(ref, root), device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    return load_folder(model_folder(ref, root), device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                       max_image_side=max_image_side)
 
 
 def load_family(name: str) -> tuple[Any, Any]:
