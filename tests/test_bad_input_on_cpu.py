@@ -43,8 +43,6 @@ CASES: dict[str, tuple] = {
         ["--method", "ttrl", "--cohort", "smol-single", "--set", "data.train=train.jsonl", "--set",
          "eval.benchmarks=[livecodebench_v6]"], "livecodebench_v6", {"train.jsonl": TRAIN_JSONL},
         needs=SMOL, why="the smol model entry is not installed"),
-    "vlm-with-logit-chunk": _case(["--method", "corl", "--cohort", "visual-cross-family", "--set",
-                                   "memory.logit_chunk=64"], "memory.logit_chunk=0"),
     "vlm-with-shared-prefix": _case(["--method", "ttrl", "--cohort", "visual-single", "--set",
                                      "memory.shared_prefix=true"], "memory.shared_prefix=false"),
     "vlm-with-vllm-engine": _case(["--method", "ttrl", "--cohort", "visual-single", "--set", "rollout.backend=vllm"],

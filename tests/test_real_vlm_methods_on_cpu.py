@@ -78,10 +78,10 @@ def test_each_method_trains_real_vlm_architectures_on_cpu(world, tmp_path, metho
         assert len(preds) == 2 and all(p["images"] for p in preds)
 
 
-def test_memory_fitting_never_chunks_the_logits_of_a_vision_language_cohort_on_cpu(world, tmp_path, monkeypatch):
-    """The hf profile fits a micro-batch and a logit chunk where the config sets neither; chunked logits take no
-    images, so a VLM cohort gets the micro-batch alone (a real VLM's 150k vocabulary would otherwise be chunked and
-    the run refused)."""
+def test_memory_fitting_gives_a_vision_language_cohort_its_micro_batch_and_logit_chunk_on_cpu(world, tmp_path,
+                                                                                            monkeypatch):
+    """The hf profile fits a micro-batch and a logit chunk where the config sets neither; chunked logits take images,
+    so a VLM cohort (a real VLM's 150k vocabulary gets a chunk) resolves with both."""
     from corl_bench.hf import fit
     from corl_bench.train.runner import resolve
 
@@ -92,4 +92,6 @@ def test_memory_fitting_never_chunks_the_logits_of_a_vision_language_cohort_on_c
         "eval.benchmarks=[mathvision_testmini]", f"data.data_dir={root / 'data'}",
         f"data.train={root / 'train' / 'train.jsonl'}", f"run.output_dir={tmp_path}"])
     mem = resolve(cfg).config.memory
-    assert (mem.micro_batch, mem.logit_chunk) == (4, 0)
+    assert (mem.micro_batch, mem.logit_chunk) == (4, 256)
+    with pytest.raises(Exception, match="memory.shared_prefix does not take images"):
+        resolve(cfg.replace(memory=type(mem)(shared_prefix=True)))

@@ -140,11 +140,12 @@ def test_greedy_batches_decode_as_each_prompt_alone_on_cpu(loaded):
         assert eng.generate([r], greedy)[0][0].token_ids == out[0].token_ids
 
 
-@pytest.mark.parametrize("memory", [{"gradient_checkpointing": True}, {"lora_rank": 4}, {"micro_batch": 1}],
-                         ids=["gradient-checkpointing", "lora", "micro-batch"])
+@pytest.mark.parametrize("memory", [{"gradient_checkpointing": True}, {"lora_rank": 4}, {"micro_batch": 1},
+                                    {"logit_chunk": 4}, {"logit_chunk": 3, "micro_batch": 2}],
+                         ids=["gradient-checkpointing", "lora", "micro-batch", "logit-chunk", "chunk-and-micro-batch"])
 def test_memory_options_train_with_images_on_cpu(loaded, memory):
-    """Gradient checkpointing, LoRA and micro-batches take images: the same log-probs as the engine, one update
-    that changes what it should (LoRA: the adapters only)."""
+    """Gradient checkpointing, LoRA, micro-batches and chunked logits take images: the same log-probs as the
+    engine, one update that changes what it should (LoRA: the adapters only)."""
     from corl_bench.config import MemoryConfig
     from corl_bench.train.agent import Agent, TrainSample
 
@@ -256,3 +257,24 @@ def test_max_image_side_downscales_images_before_the_processor_on_cpu(loaded, tm
         Request(text=text, images=(small,)))[0]
     with pytest.raises(ConfigError, match="model.max_image_side must be >= 0"):
         load_config(None, ["model.max_image_side=-1"])
+
+
+@pytest.mark.parametrize("arch", ["qwen2.5-vl", "gemma3"])
+def test_chunked_and_micro_batched_updates_equal_the_plain_one_with_images_on_cpu(loaded, arch):
+    """The same samples and advantages give the same SGD step with the whole batch, micro-batches and chunked
+    logits: the memory options change what is held at once, not the update."""
+    from corl_bench.config import MemoryConfig
+    from corl_bench.train.agent import Agent, TrainSample
+
+    _, model, tok = loaded(arch)
+    reqs = requests(tok, 2)
+    comps = make_engine("hf", model, tok).generate(reqs, SamplingParams(n=2, max_new_tokens=6, seed=4))
+    samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
+    after = []
+    for memory in ({}, {"logit_chunk": 3}, {"micro_batch": 2, "logit_chunk": 5}):
+        ag = Agent(AgentSpec("a0", arch), copy.deepcopy(model), tok, GRPOConfig(), memory=MemoryConfig(**memory))
+        ag.optimizer = torch.optim.SGD(ag.model.parameters(), lr=1.0)  # the step is the (clipped) gradient itself
+        ag.score(samples)
+        ag.update([0.5, -0.5, 1.0, -1.0])
+        after.append(torch.cat([p.detach().flatten() for p in ag.model.parameters()]))
+    assert torch.allclose(after[0], after[1], atol=1e-5) and torch.allclose(after[0], after[2], atol=1e-5)

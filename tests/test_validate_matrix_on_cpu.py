@@ -125,4 +125,4 @@ def test_every_config_validate_accepts_builds_its_agents_and_every_refused_one_w
             assert len(got) == 1
         assert not out.exists()  # resolving and building write no run directory
     assert accepted + refused == len(MATRIX) == 576
-    assert 40 <= accepted <= 120, (accepted, refused, reasons)
+    assert 40 <= accepted <= 150, (accepted, refused, reasons)  # 128 since fast and logit_chunk take images

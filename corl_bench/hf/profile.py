@@ -154,8 +154,6 @@ class HFProfile(Profile):
         if not (g.micro_batch or g.logit_chunk or g.shared_prefix):
             archs = cls.archs(cfg)
             mb, chunk, peaks = fit.fit_memory(cfg, archs, cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
-            if any(cls.takes_images(a) for a in cfg.cohort.agents):
-                chunk = 0  # chunked logits take no images yet: a vision-language cohort fits by micro-batch alone
             cfg = cfg.replace(memory=dataclasses.replace(g, micro_batch=mb, logit_chunk=chunk))
             notes.append(f"memory.micro_batch={mb} memory.logit_chunk={chunk} (fit to "
                          f"{', '.join(f'{fit.device_memory(d) / fit.GB:.0f} GB on {d}' for d in peaks)})")

@@ -150,10 +150,9 @@ class Agent:
             self.reference = _frozen_copy(model)
         # the tokenizer and, for a vision-language model, its image codec: every prompt is encoded through it
         self.processor = Processor.of(tokenizer)
-        if self.processor.codec is not None and (mem.shared_prefix or mem.logit_chunk):
-            raise ValueError(f"agent {spec.name} is a vision-language model: memory.shared_prefix and "
-                             "memory.logit_chunk do not take images yet; set memory.shared_prefix=false "
-                             "memory.logit_chunk=0")
+        if self.processor.codec is not None and mem.shared_prefix:
+            raise ValueError(f"agent {spec.name} is a vision-language model: memory.shared_prefix does not take "
+                             "images yet; set memory.shared_prefix=false")
         self.lora_rank = spec.lora_rank if spec.lora_rank is not None else mem.lora_rank
         if self.lora_rank:  # adapters in place, base frozen; the copies above stay plain (they follow merged weights)
             model = memops.apply_lora(model, self.lora_rank, mem.lora_alpha or 2.0 * self.lora_rank,
@@ -272,23 +271,25 @@ class Agent:
         """Logits predicting token t+1 at position t, aligned to targets ids[:, 1:]: (N, L-1, V)."""
         return model(input_ids=ids, attention_mask=att, **(vision or {})).logits[:, :-1, :]
 
-    def _split(self, model: Any, ids: torch.Tensor, att: torch.Tensor) -> memops.SplitLM:
+    def _split(self, model: Any, ids: torch.Tensor, att: torch.Tensor,
+               vision: dict[str, torch.Tensor] | None = None) -> memops.SplitLM:
         """``model`` as backbone + LM head (checked once against its own logits) for the chunked path."""
         split = self._splits.get(id(model))
         if split is None:
             split = self._splits[id(model)] = memops.SplitLM(model)
-        split.check(ids, att)
+        split.check(ids, att, vision=vision)
         return split
 
-    def _chunked(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor, *, stats: bool
+    def _chunked(self, model: Any, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor, *, stats: bool,
+                 vision: dict[str, torch.Tensor] | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``memory.logit_chunk`` > 0: log-probs (N, T) and, if ``stats``, per-sequence entropy and self-certainty (N,)
         from the hidden states of the completion positions only, ``logit_chunk`` positions at a time.
 
         Positions outside ``mask`` get log-prob 0 (the loss never reads them)."""
-        split = self._split(model, ids, att)
+        split = self._split(model, ids, att, vision)
         m = mask.bool()
-        hidden = split.hidden(ids, att)[:, :-1][m]  # (M, H): the positions that predict completion tokens
+        hidden = split.hidden(ids, att, vision)[:, :-1][m]  # (M, H): the positions that predict completion tokens
         lp, ent, sc = grpo.chunked_token_stats(hidden, split.head, ids[:, 1:][m], self.temperature,
                                                self.mem.logit_chunk, stats=stats)
         zeros = torch.zeros(mask.shape, dtype=lp.dtype, device=lp.device)
@@ -303,7 +304,7 @@ class Agent:
         """Per-sequence entropy and self-certainty (N,) of the policy, without grad (micro-batched scoring)."""
         with torch.no_grad():
             if self.mem.logit_chunk:
-                _, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
+                _, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True, vision=vision)
                 return entropy, certainty
             logits = self._token_logits(self.model, ids, att, vision)
             entropy = grpo.masked_seq_mean(grpo.entropy_from_logits(logits, self.temperature), mask)
@@ -314,7 +315,7 @@ class Agent:
               vision: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """(N, T) log-probs of the completion tokens under ``model`` (with grad when enabled)."""
         if self.mem.logit_chunk:
-            return self._chunked(model, ids, att, mask, stats=False)[0]
+            return self._chunked(model, ids, att, mask, stats=False, vision=vision)[0]
         return grpo.logprobs_from_logits(self._token_logits(model, ids, att, vision), ids[:, 1:], self.temperature)
 
     def forward(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> PolicyForward:
@@ -331,7 +332,7 @@ class Agent:
         targets, mask = ids[:, 1:], cmask[:, 1:]
         self.model.train()
         if self.mem.logit_chunk:
-            logp, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True)
+            logp, entropy, certainty = self._chunked(self.model, ids, att, mask, stats=True, vision=vision)
         else:
             logits = self._token_logits(self.model, ids, att, vision)
             logp = grpo.logprobs_from_logits(logits, targets, self.temperature)

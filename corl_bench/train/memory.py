@@ -55,9 +55,10 @@ class SplitLM:
         self.divide = getattr(cfg, "logits_scaling", None)
         self.checked = False
 
-    def hidden(self, ids: Tensor, att: Tensor) -> Tensor:
-        """(N, L) ids and attention mask -> (N, L, H) final hidden states (with grad when enabled)."""
-        return self.backbone(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
+    def hidden(self, ids: Tensor, att: Tensor, vision: dict[str, Tensor] | None = None) -> Tensor:
+        """(N, L) ids and attention mask (and a vision-language batch's image inputs) -> (N, L, H) final hidden
+        states (with grad when enabled)."""
+        return self.backbone(input_ids=ids, attention_mask=att, use_cache=False, **(vision or {})).last_hidden_state
 
     def head(self, h: Tensor) -> Tensor:
         """(..., H) hidden states -> (..., V) logits exactly as the model's forward computes them."""
@@ -71,17 +72,21 @@ class SplitLM:
         return z
 
     @torch.no_grad()
-    def check(self, ids: Tensor, att: Tensor, positions: int = 16) -> None:
-        """Compare ``head(hidden(...))`` with the model's own logits on one sequence; raise if they differ."""
+    def check(self, ids: Tensor, att: Tensor, positions: int = 16, vision: dict[str, Tensor] | None = None) -> None:
+        """Compare ``head(hidden(...))`` with the model's own logits on one sequence (a vision-language batch: on the
+        whole batch, whose image inputs cannot be cut to one row); raise if they differ."""
         if self.checked:
             return
         was_training = self.model.training
         self.model.eval()
         try:
-            n = int(att[0].sum().clamp(max=positions))
-            i, a = ids[:1, :n], att[:1, :n]
-            ref = self.model(input_ids=i, attention_mask=a, use_cache=False).logits.float()
-            got = self.head(self.hidden(i, a)).float()
+            if vision:
+                i, a = ids, att
+            else:
+                n = int(att[0].sum().clamp(max=positions))
+                i, a = ids[:1, :n], att[:1, :n]
+            ref = self.model(input_ids=i, attention_mask=a, use_cache=False, **(vision or {})).logits.float()
+            got = self.head(self.hidden(i, a, vision)).float()
         finally:
             self.model.train(was_training)
         err = float((ref - got).abs().max()) if ref.numel() else 0.0
