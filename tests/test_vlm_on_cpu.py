@@ -118,7 +118,7 @@ def _clone(model):
     return copy.deepcopy(model)
 
 
-def test_micro_batched_updates_equal_the_whole_batch_update_with_images_on_cpu(vlm):
+def test_micro_batched_and_chunked_updates_equal_the_whole_batch_update_with_images_on_cpu(vlm):
     from corl_bench.train.agent import Agent, TrainSample
 
     model, tok = vlm
@@ -127,14 +127,14 @@ def test_micro_batched_updates_equal_the_whole_batch_update_with_images_on_cpu(v
     samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
     adv = [0.5, -0.5, 1.0, -1.0, 0.2, -0.2, 0.0, 0.3]
     after = []
-    for micro in (0, 3):
+    for micro, chunk in ((0, 0), (3, 0), (3, 5)):
         ag = Agent(AgentSpec("a0", "vtest"), _clone(model), tok, GRPOConfig(),
-                   memory=MemoryConfig(micro_batch=micro))
+                   memory=MemoryConfig(micro_batch=micro, logit_chunk=chunk))
         ag.optimizer = torch.optim.SGD(ag.model.parameters(), lr=1.0)  # the step is the (clipped) gradient itself
         ag.score(samples)
         ag.update(adv)
         after.append(torch.cat([p.detach().flatten() for p in ag.model.parameters()]))
-    assert torch.allclose(after[0], after[1], atol=1e-5)
+    assert torch.allclose(after[0], after[1], atol=1e-5) and torch.allclose(after[0], after[2], atol=1e-5)
 
 
 def test_text_paths_refuse_images_with_one_line_and_the_fast_engine_takes_them_on_cpu(vlm, tiny_qwen):
