@@ -43,8 +43,6 @@ CASES: dict[str, tuple] = {
         ["--method", "ttrl", "--cohort", "smol-single", "--set", "data.train=train.jsonl", "--set",
          "eval.benchmarks=[livecodebench_v6]"], "livecodebench_v6", {"train.jsonl": TRAIN_JSONL},
         needs=SMOL, why="the smol model entry is not installed"),
-    "vlm-with-shared-prefix": _case(["--method", "ttrl", "--cohort", "visual-single", "--set",
-                                     "memory.shared_prefix=true"], "memory.shared_prefix=false"),
     "vlm-with-vllm-engine": _case(["--method", "ttrl", "--cohort", "visual-single", "--set", "rollout.backend=vllm"],
                                   "set rollout.backend=hf"),
     "text-benchmark-in-micro": _case(["--set", "eval.benchmarks=[gsm8k]"], "is not a micro benchmark"),

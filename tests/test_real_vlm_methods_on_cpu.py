@@ -93,5 +93,3 @@ def test_memory_fitting_gives_a_vision_language_cohort_its_micro_batch_and_logit
         f"data.train={root / 'train' / 'train.jsonl'}", f"run.output_dir={tmp_path}"])
     mem = resolve(cfg).config.memory
     assert (mem.micro_batch, mem.logit_chunk) == (4, 256)
-    with pytest.raises(Exception, match="memory.shared_prefix does not take images"):
-        resolve(cfg.replace(memory=type(mem)(shared_prefix=True)))

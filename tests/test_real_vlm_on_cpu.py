@@ -141,11 +141,13 @@ def test_greedy_batches_decode_as_each_prompt_alone_on_cpu(loaded):
 
 
 @pytest.mark.parametrize("memory", [{"gradient_checkpointing": True}, {"lora_rank": 4}, {"micro_batch": 1},
-                                    {"logit_chunk": 4}, {"logit_chunk": 3, "micro_batch": 2}],
-                         ids=["gradient-checkpointing", "lora", "micro-batch", "logit-chunk", "chunk-and-micro-batch"])
+                                    {"logit_chunk": 4}, {"logit_chunk": 3, "micro_batch": 2}, {"shared_prefix": True},
+                                    {"shared_prefix": True, "micro_batch": 2}],
+                         ids=["gradient-checkpointing", "lora", "micro-batch", "logit-chunk", "chunk-and-micro-batch",
+                              "shared-prefix", "shared-prefix-micro-batch"])
 def test_memory_options_train_with_images_on_cpu(loaded, memory):
-    """Gradient checkpointing, LoRA, micro-batches and chunked logits take images: the same log-probs as the
-    engine, one update that changes what it should (LoRA: the adapters only)."""
+    """Gradient checkpointing, LoRA, micro-batches, chunked logits and the shared prefix take images: the same
+    log-probs as the engine, one update that changes what it should (LoRA: the adapters only)."""
     from corl_bench.config import MemoryConfig
     from corl_bench.train.agent import Agent, TrainSample
 
@@ -259,10 +261,11 @@ def test_max_image_side_downscales_images_before_the_processor_on_cpu(loaded, tm
         load_config(None, ["model.max_image_side=-1"])
 
 
-@pytest.mark.parametrize("arch", ["qwen2.5-vl", "gemma3"])
+@pytest.mark.parametrize("arch", ["qwen2.5-vl", "gemma3", "internvl"])
 def test_chunked_and_micro_batched_updates_equal_the_plain_one_with_images_on_cpu(loaded, arch):
-    """The same samples and advantages give the same SGD step with the whole batch, micro-batches and chunked
-    logits: the memory options change what is held at once, not the update."""
+    """The same samples and advantages give the same SGD step with the whole batch, micro-batches, chunked logits
+    and the shared prefix (one pass over each prompt and its image for its samples; Qwen's rotary positions
+    continued from the prompt's last): the memory options change what is held at once, not the update."""
     from corl_bench.config import MemoryConfig
     from corl_bench.train.agent import Agent, TrainSample
 
@@ -271,10 +274,37 @@ def test_chunked_and_micro_batched_updates_equal_the_plain_one_with_images_on_cp
     comps = make_engine("hf", model, tok).generate(reqs, SamplingParams(n=2, max_new_tokens=6, seed=4))
     samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
     after = []
-    for memory in ({}, {"logit_chunk": 3}, {"micro_batch": 2, "logit_chunk": 5}):
+    memories = ({}, {"logit_chunk": 3}, {"micro_batch": 2, "logit_chunk": 5}, {"shared_prefix": True},
+                {"shared_prefix": True, "micro_batch": 2})
+    for memory in memories:
         ag = Agent(AgentSpec("a0", arch), copy.deepcopy(model), tok, GRPOConfig(), memory=MemoryConfig(**memory))
         ag.optimizer = torch.optim.SGD(ag.model.parameters(), lr=1.0)  # the step is the (clipped) gradient itself
         ag.score(samples)
         ag.update([0.5, -0.5, 1.0, -1.0])
         after.append(torch.cat([p.detach().flatten() for p in ag.model.parameters()]))
-    assert torch.allclose(after[0], after[1], atol=1e-5) and torch.allclose(after[0], after[2], atol=1e-5)
+    assert all(torch.allclose(after[0], a, atol=1e-5) for a in after[1:])
+
+
+def test_shared_prefix_groups_prompts_by_their_images_too_on_cpu(loaded):
+    """Two prompts with the same text and same-size but different images have equal token ids: they must not share
+    a prefix (each keeps its own image), and the shared pass gives the plain pass's log-probs."""
+    from corl_bench.config import MemoryConfig
+    from corl_bench.rollout.base import Completion
+    from corl_bench.train.agent import Agent
+
+    _, model, tok = loaded("qwen2.5-vl")
+    codec = codec_of(tok)
+    text = codec.chat("How many squares are shaded?", 1)
+    a, b = Request(text=text, images=(image(32, 32, 1),)), Request(text=text, images=(image(32, 32, 2),))
+    assert codec.prompt(a)[0] == codec.prompt(b)[0]
+    comps = [Completion((20, 21, 22), (), "", True), Completion((23, 24), (), "", True)] * 2
+    prompts = [a, a, b, b]
+    ag = Agent(AgentSpec("a0", "qv"), copy.deepcopy(model), tok, GRPOConfig(), memory=MemoryConfig(shared_prefix=True))
+    batch = ag._prefix_batch(prompts, comps, "cpu")
+    assert batch.prompt_ids.shape[0] == 2 and batch.group.tolist() == [0, 0, 1, 1] and batch.first_rows == [0, 2]
+    shared = ag.forward(prompts, comps)
+    plain = Agent(AgentSpec("a0", "qv"), copy.deepcopy(model), tok, GRPOConfig()).forward(prompts, comps)
+    got = shared.logp.detach()[shared.mask.bool()]
+    want = plain.logp.detach()[plain.mask.bool()]
+    assert torch.allclose(got, want, atol=1e-5)
+    assert not torch.allclose(want[:3], want[5:8])  # the images differ, so do the log-probs of the same tokens

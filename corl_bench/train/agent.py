@@ -126,6 +126,11 @@ def _frozen_copy(model: Any) -> Any:
     return twin
 
 
+def _image_key(image: Any) -> Any:
+    """What makes two prompt images the same for ``memory.shared_prefix``: a path, or a PIL image's pixels."""
+    return image if isinstance(image, (str, Path)) else (image.size, image.mode, image.tobytes())
+
+
 class Agent:
     """One trainable model behind the plain-data boundary described in the module docstring."""
 
@@ -150,9 +155,6 @@ class Agent:
             self.reference = _frozen_copy(model)
         # the tokenizer and, for a vision-language model, its image codec: every prompt is encoded through it
         self.processor = Processor.of(tokenizer)
-        if self.processor.codec is not None and mem.shared_prefix:
-            raise ValueError(f"agent {spec.name} is a vision-language model: memory.shared_prefix does not take "
-                             "images yet; set memory.shared_prefix=false")
         self.lora_rank = spec.lora_rank if spec.lora_rank is not None else mem.lora_rank
         if self.lora_rank:  # adapters in place, base frozen; the copies above stay plain (they follow merged weights)
             model = memops.apply_lora(model, self.lora_rank, mem.lora_alpha or 2.0 * self.lora_rank,
@@ -211,13 +213,21 @@ class Agent:
         except ValueError as e:
             raise ValueError(f"agent {self.name}: {e}") from None
 
-    def _prompt_ids(self, prompts: Sequence[Prompt]) -> list[list[int]]:
-        return self._encode(prompts).ids
+    def _prefix_batch(self, prompts: Sequence[Prompt], completions: Sequence[Completion], device: Any
+                      ) -> prefix.PrefixBatch:
+        """The shared-prefix layout of a batch; with images, prompts group by their ids and their images, and the
+        groups' image inputs ride along."""
+        enc = self._encode(prompts)
+        images = [tuple(getattr(p, "images", ()) or ()) for p in prompts] if enc.visions else None
+        b = prefix.build(enc.ids, [c.token_ids for c in completions], self.tokenizer.pad_token_id, device,
+                         keys=[tuple(map(_image_key, im)) for im in images] if images else None)
+        if enc.visions:
+            b.vision = self.processor.codec.collate([enc.visions[r] for r in b.first_rows], b.prompt_ids)
+        return b
 
     def _shared(self, prompts: Sequence[Prompt], completions: Sequence[Completion]) -> prefix.PrefixBatch:
         """The batch in the shared-prefix layout (``memory.shared_prefix``); checked once against the plain pass."""
-        b = prefix.build(self._prompt_ids(prompts), [c.token_ids for c in completions], self.tokenizer.pad_token_id,
-                         next(self.model.parameters()).device)
+        b = self._prefix_batch(prompts, completions, next(self.model.parameters()).device)
         if not getattr(self, "_prefix_checked", False):
             self._check_shared(prompts[:4], completions[:4])
             self._prefix_checked = True
@@ -233,8 +243,7 @@ class Agent:
             plain = grpo.logprobs_from_logits(self._token_logits(self.model, ids, att, vision), ids[:, 1:],
                                               self.temperature)
             plain = plain[cmask[:, 1:].bool()]
-            b = prefix.build(self._prompt_ids(prompts), [c.token_ids for c in completions],
-                             self.tokenizer.pad_token_id, ids.device)
+            b = self._prefix_batch(prompts, completions, ids.device)
             shared = grpo.logprobs_from_logits(prefix.logits(self.model, b), b.ids, self.temperature)[b.att.bool()]
         finally:
             self.model.train(was)

@@ -143,9 +143,6 @@ def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
         if vision and not getattr(engine_cls, "supports_images", False):
             raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and agent {agent.name!r} "
                               f"({agent.family}) is a vision-language model; set rollout.backend=hf (or fast)")
-        if vision and cfg.memory.shared_prefix:
-            raise ConfigError(f"agent {agent.name!r} ({agent.family}) is a vision-language model: memory.shared_prefix "
-                              "does not take images yet; set memory.shared_prefix=false")
         if vision is False and cfg.model.freeze_vision:
             raise ConfigError(f"model.freeze_vision is set and agent {agent.name!r} ({agent.family}) is a text model "
                               "(no vision tower); set model.freeze_vision=false")
