@@ -138,8 +138,6 @@ def test_micro_batched_and_chunked_updates_equal_the_whole_batch_update_with_ima
 
 
 def test_text_paths_refuse_images_with_one_line_and_the_fast_engine_takes_them_on_cpu(vlm, tiny_qwen):
-    from corl_bench.train.agent import Agent
-
     model, tok = vlm
     req = _requests(1)
     greedy = SamplingParams(greedy=True, max_new_tokens=4)  # the fast engine takes images as hf does
