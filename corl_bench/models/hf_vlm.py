@@ -62,11 +62,27 @@ def without_video(cls: type) -> type:
     chat template; ``videos=`` is never given. Qwen2-VL, Qwen2.5-VL, InternVL, LLaVA-OneVision and SmolVLM
     processors take a video processor, which transformers has for the torchvision backend only; without this, they
     do not load next to the CPU build of torch (and a run never sends videos)."""
+    import inspect
+
     attrs = [a for a in cls.get_attributes() if "video" not in a]
     if len(attrs) == len(cls.get_attributes()):
         return cls
-    return type(cls.__name__, (cls,), {"get_attributes": classmethod(lambda c: list(attrs)),
-                                       "__module__": cls.__module__, "__doc__": cls.__doc__})
+    param = inspect.signature(cls.__init__).parameters.get("video_processor")
+    body: dict[str, Any] = {"get_attributes": classmethod(lambda c: list(attrs)), "__module__": cls.__module__,
+                            "__doc__": cls.__doc__}
+    if param is not None and param.default is inspect.Parameter.empty:  # SmolVLM requires the argument
+        base = cls.from_args_and_dict.__func__  # type: ignore[attr-defined]
+
+        def from_args_and_dict(c: Any, args: Any, processor_dict: Any, **kwargs: Any) -> Any:
+            return base(c, [*args, None], processor_dict, **kwargs)  # video_processor=None, positionally
+
+        body["from_args_and_dict"] = classmethod(from_args_and_dict)
+    own = getattr(cls, "apply_chat_template", None)
+    if own is not None and "video_processor" in getattr(own, "__code__", compile("", "", "exec")).co_names:
+        from transformers.processing_utils import ProcessorMixin  # SmolVLM's override reads video defaults
+
+        body["apply_chat_template"] = ProcessorMixin.apply_chat_template
+    return type(cls.__name__, (cls,), body)
 
 
 def processor_class(path: Path) -> type | None:

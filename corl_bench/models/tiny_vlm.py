@@ -42,6 +42,9 @@ onevision``     (``LlavaOnevisionForConditionalGeneration``) any-res tiles of 32
                 (``Idefics3ForConditionalGeneration``)       shuffle x2: 16 tokens per 32-px tile; images resized
                                                              to longest edge 64, split in 32-px tiles + a global
                                                              view; Llama text
+``smolvlm``     HuggingFaceTB/SmolVLM-256M-Instruct          Idefics3's image path (32-px tiles, pixel shuffle x2,
+                (``SmolVLMForConditionalGeneration``)        a global view), SmolVLM's processor (it needs the
+                                                             ``num2words`` package) and ``<|im_start|>`` template
 ``gemma3``      google/gemma-3-4b-it                         SigLIP tower, 32 px, 4-px patches pooled to 16 soft
                 (``Gemma3ForConditionalGeneration``)         tokens between ``<start_of_image>`` and
                                                              ``<end_of_image>``; Gemma-3 text (a sliding and a
@@ -53,11 +56,9 @@ it), the Idefics3 and Gemma-3 ones write their ``<bos>`` themselves, so ``proces
 ``add_special_tokens=False`` for those two (``apply_chat_template(tokenize=True)`` decides so itself) or the prompt
 starts with two of them, as with the real checkpoints.
 
-The Qwen2-VL, Qwen2.5-VL, InternVL and LLaVA-OneVision processor classes take a video processor, which
+The Qwen2-VL, Qwen2.5-VL, InternVL, LLaVA-OneVision and SmolVLM processor classes take a video processor, which
 transformers (5.24) has for the torchvision backend only; they are built and loaded without it
-(:func:`corl_bench.models.hf_vlm.without_video`), as every real checkpoint of those families is. Not built
-(:data:`UNAVAILABLE`): SmolVLM, whose processor needs the ``num2words`` package (its image path and chat template are
-those of ``idefics3``).
+(:func:`corl_bench.models.hf_vlm.without_video`), as every real checkpoint of those families is.
 
 Nothing here imports torch or transformers at module level.
 """
@@ -132,6 +133,7 @@ IDEFICS3_TEMPLATE = (  # Idefics3-8B-Llama3 (SmolVLM's is the same after <|im_st
     "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n"
     "{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
 )
+SMOLVLM_TEMPLATE = "<|im_start|>" + IDEFICS3_TEMPLATE.removeprefix("<|begin_of_text|>")  # SmolVLM-*-Instruct
 QWEN2_VL_TEMPLATE = (  # Qwen2-VL-*-Instruct / Qwen2.5-VL-*-Instruct (images and text in the order given)
     "{% set image_count = namespace(value=0) %}{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -440,6 +442,34 @@ def _build_llava_onevision() -> tuple[Any, Any, dict[str, Any]]:
     return tf.LlavaOnevisionForConditionalGeneration(cfg), proc, {}
 
 
+def _build_smolvlm() -> tuple[Any, Any, dict[str, Any]]:
+    """SmolVLM: Idefics3's image path (32-px tiles of 4-px patches, pixel shuffle x2: 16 tokens a tile, a global
+    view) with SmolVLM's processor (it needs the ``num2words`` package) and Llama text."""
+    import transformers as tf
+    from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
+
+    from corl_bench.models.hf_vlm import without_video
+
+    grid = tuple(f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))
+    tok = _tokenizer(("<|im_start|>", "<|im_end|>"),
+                     ("<|reserved_special_token_0|>", "<fake_token_around_image>", "<image>", "<end_of_utterance>",
+                      "<global-img>", *grid),
+                     bos="<|im_start|>", eos="<end_of_utterance>", pad="<|reserved_special_token_0|>", add_bos=False)
+    patch, scale = 4, 2
+    seq = (TILE // patch) ** 2 // scale ** 2
+    images = SmolVLMImageProcessorPil(size={"longest_edge": 2 * TILE}, max_image_size={"longest_edge": TILE},
+                                      do_image_splitting=True)
+    proc = without_video(tf.SmolVLMProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                              image_seq_len=seq, chat_template=SMOLVLM_TEMPLATE)
+    ids = _ids(tok)
+    cfg = tf.SmolVLMConfig(
+        vision_config=tf.SmolVLMVisionConfig(**VISION, image_size=TILE, patch_size=patch),
+        text_config=tf.LlamaConfig(**TEXT, **ids), scale_factor=scale,
+        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
+        pad_token_id=ids["pad_token_id"])
+    return tf.SmolVLMForConditionalGeneration(cfg), proc, {}
+
+
 ARCHS: dict[str, TinyArch] = {
     "qwen2-vl": TinyArch("qwen2-vl", "Qwen/Qwen2-VL-2B-Instruct", "Qwen2VLForConditionalGeneration",
                          "Qwen2VLProcessor", "Qwen2VLImageProcessorPil", "<|image_pad|>"),
@@ -456,6 +486,8 @@ ARCHS: dict[str, TinyArch] = {
                            "LlavaNextProcessor", "LlavaNextImageProcessorPil", "<image>"),
     "idefics3": TinyArch("idefics3", "HuggingFaceM4/Idefics3-8B-Llama3", "Idefics3ForConditionalGeneration",
                          "Idefics3Processor", "Idefics3ImageProcessorPil", "<image>"),
+    "smolvlm": TinyArch("smolvlm", "HuggingFaceTB/SmolVLM-256M-Instruct", "SmolVLMForConditionalGeneration",
+                        "SmolVLMProcessor", "SmolVLMImageProcessorPil", "<image>"),
     "gemma3": TinyArch("gemma3", "google/gemma-3-4b-it", "Gemma3ForConditionalGeneration", "Gemma3Processor",
                        "Gemma3ImageProcessorPil", "<image_soft_token>"),
 }
@@ -463,15 +495,12 @@ ARCHS: dict[str, TinyArch] = {
 
 _BUILDERS: dict[str, Callable[[], tuple[Any, Any, dict[str, Any]]]] = {
     "qwen2-vl": lambda: _qwen_vl("2"), "qwen2.5-vl": lambda: _qwen_vl("2.5"), "internvl": _build_internvl,
-    "llava-onevision": _build_llava_onevision,
+    "llava-onevision": _build_llava_onevision, "smolvlm": _build_smolvlm,
     "llava": _build_llava, "llava-next": _build_llava_next, "idefics3": _build_idefics3, "gemma3": _build_gemma3}
 
 _VIDEO = ("its processor class takes a video processor, and transformers has video processors for the torchvision "
           "backend only: AutoProcessor.from_pretrained(path, backend='pil') cannot load it (see the module docstring)")
-UNAVAILABLE: dict[str, str] = {
-    "smolvlm": "its processor needs the num2words package (not a dependency of corl-bench); 'idefics3' has its "
-               "image path and chat template",
-}
+UNAVAILABLE: dict[str, str] = {}
 """architectures asked for that cannot be built here, with the reason"""
 
 
