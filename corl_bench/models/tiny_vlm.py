@@ -293,29 +293,42 @@ def _build_llava_next() -> tuple[Any, Any, dict[str, Any]]:
     return tf.LlavaNextForConditionalGeneration(cfg), proc, {}
 
 
-def _build_idefics3() -> tuple[Any, Any, dict[str, Any]]:
+def _build_idefics3(smol: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+    """Idefics3 (``smol``: SmolVLM, the same image path with SmolVLM's processor, which needs the ``num2words``
+    package, and its ``<|im_start|>`` template): 32-px tiles of 4-px patches, pixel shuffle x2 (16 tokens a tile)
+    and a global view; Llama text."""
     import transformers as tf
-    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    from corl_bench.models.hf_vlm import without_video
 
     grid = tuple(f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))
-    tok = _tokenizer(("<|begin_of_text|>", "<|end_of_text|>"),
-                     ("<|reserved_special_token_0|>", "<fake_token_around_image>", "<image>", "<end_of_utterance>",
-                      "<global-img>", *grid),
-                     bos="<|begin_of_text|>", eos="<|end_of_text|>", pad="<|reserved_special_token_0|>", add_bos=True)
+    head = ("<|im_start|>", "<|im_end|>") if smol else ("<|begin_of_text|>", "<|end_of_text|>")
+    tok = _tokenizer(head, ("<|reserved_special_token_0|>", "<fake_token_around_image>", "<image>",
+                            "<end_of_utterance>", "<global-img>", *grid),
+                     bos=head[0], eos="<end_of_utterance>" if smol else head[1], pad="<|reserved_special_token_0|>",
+                     add_bos=not smol)
     patch, scale = 4, 2
     seq = (TILE // patch) ** 2 // scale ** 2
-    images = Idefics3ImageProcessorPil(size={"longest_edge": 2 * TILE}, max_image_size={"longest_edge": TILE},
-                                       do_image_splitting=True)
-    proc = tf.Idefics3Processor(image_processor=images, tokenizer=tok, image_seq_len=seq,
-                                chat_template=IDEFICS3_TEMPLATE)
+    if smol:
+        from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil as Images
+    else:
+        from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil as Images
+    images = Images(size={"longest_edge": 2 * TILE}, max_image_size={"longest_edge": TILE}, do_image_splitting=True)
+    if smol:
+        proc = without_video(tf.SmolVLMProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                                  image_seq_len=seq, chat_template=SMOLVLM_TEMPLATE)
+    else:
+        proc = tf.Idefics3Processor(image_processor=images, tokenizer=tok, image_seq_len=seq,
+                                    chat_template=IDEFICS3_TEMPLATE)
     ids = _ids(tok)
-    cfg = tf.Idefics3Config(
-        vision_config=tf.Idefics3VisionConfig(**VISION, image_size=TILE, patch_size=patch),
-        text_config=tf.LlamaConfig(**TEXT, **ids), scale_factor=scale,
-        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
-        pad_token_id=ids["pad_token_id"])
+    config, vision, model = ((tf.SmolVLMConfig, tf.SmolVLMVisionConfig, tf.SmolVLMForConditionalGeneration) if smol
+                             else (tf.Idefics3Config, tf.Idefics3VisionConfig, tf.Idefics3ForConditionalGeneration))
+    cfg = config(vision_config=vision(**VISION, image_size=TILE, patch_size=patch),
+                 text_config=tf.LlamaConfig(**TEXT, **ids), scale_factor=scale,
+                 image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
+                 pad_token_id=ids["pad_token_id"])
     eos = [tok.convert_tokens_to_ids("<end_of_utterance>"), tok.eos_token_id]
-    return tf.Idefics3ForConditionalGeneration(cfg), proc, {"eos_token_id": eos}
+    return model(cfg), proc, {} if smol else {"eos_token_id": eos}
 
 
 def _build_gemma3() -> tuple[Any, Any, dict[str, Any]]:
@@ -442,34 +455,6 @@ def _build_llava_onevision() -> tuple[Any, Any, dict[str, Any]]:
     return tf.LlavaOnevisionForConditionalGeneration(cfg), proc, {}
 
 
-def _build_smolvlm() -> tuple[Any, Any, dict[str, Any]]:
-    """SmolVLM: Idefics3's image path (32-px tiles of 4-px patches, pixel shuffle x2: 16 tokens a tile, a global
-    view) with SmolVLM's processor (it needs the ``num2words`` package) and Llama text."""
-    import transformers as tf
-    from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil
-
-    from corl_bench.models.hf_vlm import without_video
-
-    grid = tuple(f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))
-    tok = _tokenizer(("<|im_start|>", "<|im_end|>"),
-                     ("<|reserved_special_token_0|>", "<fake_token_around_image>", "<image>", "<end_of_utterance>",
-                      "<global-img>", *grid),
-                     bos="<|im_start|>", eos="<end_of_utterance>", pad="<|reserved_special_token_0|>", add_bos=False)
-    patch, scale = 4, 2
-    seq = (TILE // patch) ** 2 // scale ** 2
-    images = SmolVLMImageProcessorPil(size={"longest_edge": 2 * TILE}, max_image_size={"longest_edge": TILE},
-                                      do_image_splitting=True)
-    proc = without_video(tf.SmolVLMProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
-                                              image_seq_len=seq, chat_template=SMOLVLM_TEMPLATE)
-    ids = _ids(tok)
-    cfg = tf.SmolVLMConfig(
-        vision_config=tf.SmolVLMVisionConfig(**VISION, image_size=TILE, patch_size=patch),
-        text_config=tf.LlamaConfig(**TEXT, **ids), scale_factor=scale,
-        image_token_id=tok.convert_tokens_to_ids("<image>"), tie_word_embeddings=False,
-        pad_token_id=ids["pad_token_id"])
-    return tf.SmolVLMForConditionalGeneration(cfg), proc, {}
-
-
 ARCHS: dict[str, TinyArch] = {
     "qwen2-vl": TinyArch("qwen2-vl", "Qwen/Qwen2-VL-2B-Instruct", "Qwen2VLForConditionalGeneration",
                          "Qwen2VLProcessor", "Qwen2VLImageProcessorPil", "<|image_pad|>"),
@@ -495,7 +480,7 @@ ARCHS: dict[str, TinyArch] = {
 
 _BUILDERS: dict[str, Callable[[], tuple[Any, Any, dict[str, Any]]]] = {
     "qwen2-vl": lambda: _qwen_vl("2"), "qwen2.5-vl": lambda: _qwen_vl("2.5"), "internvl": _build_internvl,
-    "llava-onevision": _build_llava_onevision, "smolvlm": _build_smolvlm,
+    "llava-onevision": _build_llava_onevision, "smolvlm": lambda: _build_idefics3(smol=True),
     "llava": _build_llava, "llava-next": _build_llava_next, "idefics3": _build_idefics3, "gemma3": _build_gemma3}
 
 _VIDEO = ("its processor class takes a video processor, and transformers has video processors for the torchvision "
