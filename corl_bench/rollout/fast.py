@@ -90,18 +90,39 @@ def _prefill_positions(model: Any, enc: dict[str, Any], pos: torch.Tensor) -> to
     return positions
 
 
+_MIN_SHARED = 16  # a common prompt head shorter than this is prefilled with the rest (not worth a second call)
+
+
+def _common_prefix(enc: dict[str, Any]) -> int:
+    """How many leading tokens every row of a left-padded batch has in common, leaving each row at least one token
+    of its own (0 for a single row)."""
+    ids, att = enc["input_ids"], enc["attention_mask"]
+    if ids.shape[0] < 2:
+        return 0
+    lengths = att.sum(-1)
+    shortest = int(lengths.min()) - 1
+    if shortest < 1:
+        return 0
+    starts = (ids.shape[1] - lengths).unsqueeze(-1)
+    aligned = ids.gather(1, starts + torch.arange(shortest, device=ids.device))  # (B, shortest) from each row's start
+    same = (aligned == aligned[:1]).all(0)
+    return shortest if bool(same.all()) else int((~same).nonzero()[0, 0])
+
+
 class FastEngine(InProcessEngine):
     """Rollouts with shared prefill and batch compaction (same interface as ``HFEngine``)."""
 
     supports_images = True
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, grow_cache: bool = True) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, grow_cache: bool = True,
+                 prefix_cache: bool = False) -> None:
         if tokenizer.padding_side != "left":
             raise ValueError("the fast rollout engine needs a left-padding tokenizer (padding_side='left')")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.grow_cache = grow_cache
+        self.prefix_cache = prefix_cache
         import inspect
         # transformers >= 5.x names the cache argument ``cache`` (``past_key_values`` is deprecated there)
         params = inspect.signature(model.forward).parameters
@@ -136,8 +157,13 @@ class FastEngine(InProcessEngine):
             if self.grow_cache else None
         if cache is not None:
             extra[self._cache_kw] = cache
-        res = self.model(input_ids=enc["input_ids"], attention_mask=att, position_ids=pos, use_cache=True,
-                         **extra)
+        text_only = all(k in ("input_ids", "attention_mask") for k in enc)
+        shared = _common_prefix(enc) if self.prefix_cache and text_only else 0
+        if shared >= _MIN_SHARED:  # text prompts with a long common head: prefill it once, then each row's rest
+            res, att, pos = self._prefill_shared(enc, shared, cache)
+        else:
+            res = self.model(input_ids=enc["input_ids"], attention_mask=att, position_ids=pos, use_cache=True,
+                             **extra)
         cache, logits = getattr(res, self._cache_kw), res.logits[:, -1, :].float()
         row = pos.dim() - 2  # the batch axis of the position ids: 0, or 1 for (3, B, L) rotary positions
         if n > 1:  # the k samples of a prompt share its prefill
@@ -188,6 +214,30 @@ class FastEngine(InProcessEngine):
                              **{self._cache_kw: cache})
             cache, logits = getattr(res, self._cache_kw), res.logits[:, -1, :].float()
         return self._completions(tokens, lps, finished, stopped, params, n, len(prompts))
+
+    def _prefill_shared(self, enc: dict[str, Any], shared: int, cache: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """The prefill of a batch whose rows begin with the same ``shared`` tokens (a few-shot prompt, a system
+        prompt): those tokens once (batch 1), their cache repeated for every row, then every row's remaining tokens
+        (left-padded, so the pads sit between the shared head and the rest, masked out). Returns the model output
+        and the (B, shared + S) attention mask and position ids the decode steps continue from."""
+        ids, att = enc["input_ids"], enc["attention_mask"]
+        width, start = ids.shape[1], int((ids.shape[1] - att.sum(-1)).min())  # the longest row's first token
+        first = width - int(att[0].sum())
+        head, device = ids[:1, first: first + shared], ids.device
+        own = {self._cache_kw: cache} if cache is not None else {}  # else the model's own cache class (Gemma-3)
+        first_res = self.model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True,
+                               position_ids=torch.arange(shared, device=device).unsqueeze(0), **self._last_only, **own)
+        cache = getattr(first_res, self._cache_kw)
+        cache.batch_repeat_interleave(ids.shape[0])
+        # every row's own tokens are right-aligned; a row that starts later still has head tokens in these columns
+        starts = (width - att.sum(-1)).unsqueeze(-1)
+        columns = torch.arange(start + shared, width, device=device).unsqueeze(0)
+        rest, rest_att = ids[:, start + shared:], att[:, start + shared:] * (columns >= starts + shared)
+        full = torch.cat([torch.ones((ids.shape[0], shared), dtype=att.dtype, device=device), rest_att], dim=-1)
+        pos = (shared + rest_att.cumsum(-1) - 1).clamp(min=shared - 1)
+        res = self.model(input_ids=rest, attention_mask=full, position_ids=pos, use_cache=True, **self._last_only,
+                         **{self._cache_kw: cache})
+        return res, full, pos
 
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...]) -> bool:
         tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=True)
