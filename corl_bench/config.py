@@ -274,7 +274,8 @@ class AgentSpec:
     """this agent's LoRA rank (0 = full fine-tuning); empty = memory.lora_rank"""
     prompt: str = ""
     """how the profile asks this agent; empty = the profile's way. hf: paper (the paper's instruction, the default)
-    | bare (the problem alone) | fewshot (three worked examples as plain text, for base models) | r1v (the paper's
+    | bare (the problem alone) | fewshot (three worked examples as plain text, for base models) | fewshot-arith (the
+    same with three arithmetic examples: the generated arithmetic sets) | r1v (the paper's
     vision-language turn: think in <think>, answer in <answer>; read it with rollout.extractor=answer_tag)"""
     gpus: float | None = None
     """``run.backend=ray``: GPUs reserved for this agent's actor; empty = run.gpus_per_agent"""

@@ -193,6 +193,38 @@ def stop_for(profile: Profile, agent: Any) -> tuple[str, ...]:
     return tuple(profile.stop_strings(agent.prompt)) if agent.prompt else ()
 
 
+class AskedItem:
+    """A benchmark item as ``agent`` is asked a training problem (a spec with ``ask_as_trained``): the item's id and
+    gold, and the request the profile renders for it in the agent's prompt format (original view)."""
+
+    __slots__ = ("id", "gold", "request", "meta", "images", "choices")
+
+    def __init__(self, item: Any, request: Request) -> None:
+        self.id, self.gold, self.request = item.id, item.gold, request
+        self.meta, self.images, self.choices = getattr(item, "meta", {}) or {}, (), ()
+
+    def prompt(self, view: str = "original") -> Request:
+        return self.request
+
+
+def asked_items(profile: Profile, spec: Any, items: Sequence[Any], agent: Any) -> Sequence[Any]:
+    """``items`` as ``agent`` (an AgentSpec) is asked them: rendered by the profile in the agent's own prompt format
+    when the spec says ``ask_as_trained``, else unchanged (the spec's template renders them)."""
+    if not spec.ask_as_trained:
+        return items
+    return [AskedItem(it, profile.render(it, "original", model=agent.family, prompt=agent.prompt)) for it in items]
+
+
+def asked_decoding(profile: Profile, spec: Any, decoding: Any, agent: Any) -> Any:
+    """``decoding`` with the agent's stop strings added when the spec says ``ask_as_trained``."""
+    stops = stop_for(profile, agent) if spec.ask_as_trained else ()
+    if not stops:
+        return decoding
+    import dataclasses
+
+    return dataclasses.replace(decoding, stop=tuple(dict.fromkeys((*decoding.stop, *stops))))
+
+
 def selection_benchmark(rule: str, profile_cls: type[Profile], benchmarks: Sequence[str]) -> str | None:
     """The benchmark a rule is decided on: the profile's dev split (dev, label-free), the first evaluated benchmark
     (test-oracle), None (final). Here, beside the profile contract, because validation of a profile's benchmarks

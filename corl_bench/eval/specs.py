@@ -117,6 +117,11 @@ class BenchmarkSpec:
     appended (the problem text lists them already)"""
     record_fields: tuple[str, ...] = ()
     """data fields copied into every prediction row under ``meta`` (We-Math: ``we_math_id``, ``key``)"""
+    ask_as_trained: bool = False
+    """in a training run, each agent is asked an item as it is asked a training problem (its cohort ``prompt:``
+    format, chat template and stop strings, through the profile's ``render``) instead of by ``prompt`` below, which
+    is what ``corl-bench eval`` (no agent) uses; for a generated suite of the training form whose agents answer only
+    in their own format (the real study: SmolLM2 bare, Gemma-3 few-shot)"""
 
     @property
     def key(self) -> str:
@@ -205,6 +210,9 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
     fields_ = raw.get("record_fields") or ()
     if isinstance(fields_, str) or not all(isinstance(f, str) and f for f in fields_):
         raise ConfigError(f"{where}.record_fields must be a list of field names (got {fields_!r})")
+    if raw.get("ask_as_trained") and not (src.generator and raw.get("profile")):
+        raise ConfigError(f"{where}.ask_as_trained: only a profile's generated suite (source.generator, profile) can be "
+                          "asked as its agents are trained (their items are training problems); remove the field")
     if "we-math" in metrics and not {"we_math_id", "key"} <= set(fields_):
         raise ConfigError(f"{where}.metrics: we-math groups rows by we_math_id and key; add record_fields: "
                           "[we_math_id, key]")
@@ -213,7 +221,8 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
         extractor=extractor, grader=grader, decoding=dec, metrics=metrics,
         chat_template=bool(raw.get("chat_template", False)), system=raw.get("system"),
         fewshot=int(raw.get("fewshot", 0) or 0), profile=raw.get("profile"), notes=str(raw.get("notes", "")),
-        modality=modality, choices_template=template, record_fields=tuple(fields_))
+        modality=modality, choices_template=template, record_fields=tuple(fields_),
+        ask_as_trained=bool(raw.get("ask_as_trained", False)))
 
 
 def _registered(registry: Any, name: Any, where: str) -> str:

@@ -134,6 +134,19 @@ def check_manifest(agent_dir: Path, spec: BenchmarkSpec, dec: Decoding, model: s
     atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
+def _generated_items(spec: Any) -> list[Any]:
+    """The items of a profile's generated suite that the spec's template renders (the hf profile's arithmetic); a
+    one-line ConfigError for a suite whose items are asked in an agent's view (the micro profile's), which only a
+    training run evaluates."""
+    from corl_bench.registries import PROFILES
+
+    items = list(PROFILES.get(spec.profile)().benchmark(spec.name))
+    if any(callable(getattr(it, "prompt", None)) for it in items[:1]):
+        raise ConfigError(f"{spec.name}: {spec.profile}-profile suites are evaluated by `corl-bench run`; pick data "
+                          "benchmarks or generated suites of the hf profile (corl-bench ls benchmarks)")
+    return items
+
+
 def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = None, phase: str = "final",
              out: Path | None = None, seed: int = 0, max_problems: int | None = None,
              overrides: dict[str, Any] | None = None, engine: str = "ours", code_timeout: float = 10.0,
@@ -169,10 +182,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     if engine not in ("ours", "lm-eval", "vlmevalkit"):
         raise ConfigError(f"--engine must be ours, lm-eval or vlmevalkit (got {engine!r})")
     specs = [get_spec(b) for b in benchmarks]
-    micro = [s.name for s in specs if s.profile]
-    if micro:
-        raise ConfigError(f"{', '.join(micro)}: micro suites are evaluated by `corl-bench run`; pick data benchmarks "
-                          "(corl-bench ls benchmarks)")
+    generated = {s.name: _generated_items(s) for s in specs if s.profile}  # refused here unless the spec renders them
     if extractor is not None:
         from corl_bench.registries import EXTRACTORS
 
@@ -203,7 +213,7 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     data = {}
     own_data = specs if engine != "vlmevalkit" else []  # VLMEvalKit reads its own copies of the data
     for spec in own_data:  # load (and validate) all data before any model is loaded or anything is written
-        items = build_items(spec, load_rows(spec, data_dir))
+        items = generated[spec.name] if spec.profile else build_items(spec, load_rows(spec, data_dir))
         data[spec.name] = items[:max_problems] if max_problems else items
     found = targets(target, phase, out)
     bridged = {ref: _vlmevalkit_model(ref) for _, ref, _ in found} if engine == "vlmevalkit" else {}

@@ -8,6 +8,8 @@
     dapo-math       DAPO-Math-17k, deduplicated English part (14,116)   local ``dapo_math/train.jsonl``
     gsm8k-train     GSM8K train (7,473)                   local ``gsm8k/train.jsonl``
     arith-1digit    "What is 7 x 3?" with single-digit operands (5,000, generated in code: no file; not a paper set)
+    arith-small     "What is 13 + 7?": +, - to 20, x to 12 (353 problems, generated; the real study's training part,
+                    disjoint from the benchmark ``arith-heldout``: :mod:`corl_bench.hf.arith`)
     multimodal-open-r1-8k-verified   the paper's VLM set "open-r1" (image + problem; the answer is the <answer> tag
                     of ``solution``)             local ``multimodal_open_r1/train.jsonl``; hub
                     ``lmms-lab/multimodal-open-r1-8k-verified``
@@ -121,9 +123,17 @@ def arith_1digit(n: int = 5000, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
+def _arith_small() -> list[dict[str, Any]]:
+    from corl_bench.hf.arith import train_rows
+
+    return train_rows()
+
+
 #: Training sets generated in code (no file, no hub): name -> (rows(), description).
 GENERATED: dict[str, tuple[Callable[[], list[dict[str, Any]]], str]] = {
     "arith-1digit": (arith_1digit, "single-digit +, -, x (generated; signal for tiny models on a CPU)"),
+    "arith-small": (_arith_small, "+, - to 20 and x to 12, the training part of the real study's split "
+                                  "(corl_bench.hf.arith; its held-out part is the benchmark arith-heldout)"),
 }
 VALID = f"{', '.join([*NAMED, *GENERATED])}, a .jsonl file or hub:owner/name[:split]"
 

@@ -12,10 +12,13 @@ Prompts. A training problem is the paper's single user turn, ``"{problem}\\n Ple
 final answer within \\boxed{}."``, rendered with the agent's chat template when its tokenizer has one (SmolLM2) and
 as plain text when it has none (the Gemma base model), so every agent is asked in its own model's format. A cohort
 agent may be asked otherwise (``prompt: bare`` — the problem alone; ``prompt: fewshot`` — three worked examples as
-plain text, stopping at the next "Question:", the format in which the Gemma base model answers at all; ``prompt: r1v``
+plain text, stopping at the next "Question:", the format in which the Gemma base model answers at all;
+``prompt: fewshot-arith`` — the same with three arithmetic examples, for the generated arithmetic; ``prompt: r1v``
 — the paper's vision-language training turn, ``"{problem} Output the thinking process in <think> </think> and final
 answer in <answer> </answer> tags."``, whose answer ``rollout.extractor=answer_tag`` reads). Benchmarks are asked in
-their spec's own prompt whatever the agent's ``prompt`` (the paper's VLM evaluation: the boxed prompt).
+their spec's own prompt whatever the agent's ``prompt`` (the paper's VLM evaluation: the boxed prompt), except the
+generated suites whose spec says ``ask_as_trained`` (``arith-heldout``, ``arith-transfer``): there each agent is asked
+as it is trained.
 
 Data. ``data.train`` (default ``math-level345``; :mod:`corl_bench.hf.data`), decontaminated against every benchmark
 the run evaluates before the first problem is drawn; the rephrased view is written by ``data.rephrase_model``
@@ -42,7 +45,7 @@ def _cache_root(cfg: ModelConfig) -> Path:
     return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
 
 
-PROMPTS = ("paper", "bare", "fewshot", "r1v")
+PROMPTS = ("paper", "bare", "fewshot", "fewshot-arith", "r1v")
 """The hf profile's prompt formats (a cohort agent's ``prompt``)."""
 SHOTS = (("What is 3 + 4?", "3 + 4 = 7. The answer is 7."),
          ("Tom has 5 apples. He buys 3 more and then eats 2. How many apples does he have now?",
@@ -52,9 +55,16 @@ SHOTS = (("What is 3 + 4?", "3 + 4 = 7. The answer is 7."),
 that phrase when there is no ``\\boxed{}``)."""
 
 
-def fewshot_prompt(question: str) -> str:
+ARITH_SHOTS = (("What is 3 + 4?", "3 + 4 = 7. The answer is 7."), ("What is 9 - 5?", "9 - 5 = 4. The answer is 4."),
+               ("What is 6 x 2?", "6 x 2 = 12. The answer is 12."))
+"""Worked examples of ``prompt: fewshot-arith``: one per operation of the generated arithmetic sets, in their wording
+(the shots with which ``scripts/real_base_accuracy.py`` measured the Gemma base model at 60 % on single digits; about
+half the tokens of :data:`SHOTS`)."""
+
+
+def fewshot_prompt(question: str, shots: tuple[tuple[str, str], ...] = SHOTS) -> str:
     """Three worked examples, then the question, as plain text for a base model."""
-    shots = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in SHOTS)
+    shots = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in shots)
     return f"{shots}Question: {question}\nAnswer:"
 
 
@@ -80,6 +90,8 @@ CPU_DEFAULTS: dict[tuple[str, str], Any] = {
 """What an hf run whose agents are on the CPU uses where its config leaves the global (micro-sized) default: 8
 prompts x 4 samples x 128 tokens per step, and 20 problems of each benchmark, greedy, 256 tokens. A step of
 smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB."""
+GENERATOR = "corl_bench.hf.arith"
+"""The module of the hf profile's generated suites (a spec's ``source.generator``)."""
 MATH_SUITE = ("gsm8k", "math500", "amc83")
 """The paper's math benchmarks: what an hf run evaluates when ``eval.benchmarks`` is left at its default."""
 
@@ -122,11 +134,16 @@ class HFProfile(Profile):
 
     @classmethod
     def check_benchmark(cls, name: str, spec: Any) -> None:
-        """Any text benchmark spec (math, multiple choice, code); the micro suites belong to the micro profile."""
-        if spec.profile:
+        """Any text benchmark spec (math, multiple choice, code) and this profile's generated suites
+        (``arith-heldout``, ``arith-transfer``: :mod:`corl_bench.hf.arith`); the micro suites belong to the micro
+        profile."""
+        if spec.profile and spec.profile != cls.name:
             raise ConfigError(f"eval.benchmarks: {name!r} is a {spec.profile}-profile suite; the hf profile "
                               "evaluates the benchmark specs with data (set e.g. eval.benchmarks=[gsm8k] or "
-                              "[gsm8k,math500])")
+                              "[gsm8k,math500]) and its generated suites (arith-heldout, arith-transfer)")
+        if spec.profile and spec.source.generator != GENERATOR:
+            raise ConfigError(f"eval.benchmarks: {name!r} names generator {spec.source.generator!r}; the hf profile "
+                              f"generates suites with {GENERATOR} only (source.generator: {GENERATOR})")
 
     @classmethod
     def default_benchmarks(cls) -> tuple[str, ...]:
@@ -330,7 +347,7 @@ class HFProfile(Profile):
         ``bare`` = the problem alone, ``r1v`` = the paper's vision-language turn (``"{problem} "`` and
         :data:`~corl_bench.hf.data.ANSWER_TAG_INSTRUCTION`), each in ``model``'s chat template when it has one;
         ``fewshot`` = worked examples then ``Question: ... Answer:`` as plain text (generation stops at the next
-        "Question:"). A problem
+        "Question:"; ``fewshot-arith`` the same with three arithmetic examples). A problem
         with images (a multimodal training set) carries them on the request, in order; the text holds no image token
         (a real VLM's chat template places them, :func:`chat_prompt`). Text problems give exactly the request they
         always did."""
@@ -338,8 +355,9 @@ class HFProfile(Profile):
 
         question = problem.text(view)
         images = tuple(getattr(problem, "images", ()) or ())
-        if prompt == "fewshot":
-            return Request(text=fewshot_prompt(question), images=images)
+        if prompt in ("fewshot", "fewshot-arith"):
+            return Request(text=fewshot_prompt(question, ARITH_SHOTS if prompt == "fewshot-arith" else SHOTS),
+                           images=images)
         text = (question if prompt == "bare" else f"{question} {ANSWER_TAG_INSTRUCTION}" if prompt == "r1v"
                 else f"{question}\n {INSTRUCTION}")
         return Request(text=chat_prompt(self.tokenizer(model) if model else None, text, len(images)), images=images)
@@ -347,14 +365,19 @@ class HFProfile(Profile):
     @staticmethod
     def stop_strings(prompt: str) -> tuple[str, ...]:
         """Stop strings of a prompt format: the next question of a few-shot prompt."""
-        return ("\nQuestion:",) if prompt == "fewshot" else ()
+        return ("\nQuestion:",) if prompt in ("fewshot", "fewshot-arith") else ()
 
     def benchmark(self, name: str) -> list[Any]:
-        """The items of a benchmark spec (from data.data_dir, $CORL_BENCH_DATA or the hub)."""
+        """The items of a benchmark spec (from data.data_dir, $CORL_BENCH_DATA or the hub), or of a generated suite
+        (:mod:`corl_bench.hf.arith`)."""
         from corl_bench.eval.data import load_rows
         from corl_bench.eval.items import build_items
         from corl_bench.eval.specs import get_spec
 
         spec = get_spec(name)
         self.check_benchmark(name, spec)
+        if spec.profile:  # a generated suite
+            from corl_bench.hf.arith import suite_items
+
+            return suite_items(str(spec.source.suite), spec.source.size, spec.source.seed)
         return build_items(spec, load_rows(spec, self._data_dir()))

@@ -87,17 +87,21 @@ def _mean_of(per_bench: Iterable[dict[str, Optional[float]]]) -> dict[str, float
     return out
 
 
-def _phase(run: RunDir, phase: str, agent: str) -> dict[str, float]:
+def _phase(run: RunDir, phase: str, agent: str, only: Optional[Sequence[str]] = None) -> dict[str, float]:
     per_bench = []
     for bench in run.benchmarks(phase, agent):
+        if only is not None and bench not in only:
+            continue
         rows = run.predictions(phase, agent, bench)
         if rows:
             per_bench.append(score_predictions(rows, row_grader_for(bench)).metrics())
     return _mean_of(per_bench) if per_bench else {}
 
 
-def load_agent_scores(results_dir: Path) -> tuple[list[AgentScores], list[str]]:
-    """Every agent of every finished run under ``results_dir``, and one-line warnings for runs skipped."""
+def load_agent_scores(results_dir: Path, benchmarks: Optional[Sequence[str]] = None
+                      ) -> tuple[list[AgentScores], list[str]]:
+    """Every agent of every finished run under ``results_dir``, and one-line warnings for runs skipped; ``benchmarks``
+    limits the mean to those benchmarks (default: every benchmark the run evaluated)."""
     out, warnings = [], []
     for run in find_runs(Path(results_dir)):
         try:
@@ -109,10 +113,11 @@ def load_agent_scores(results_dir: Path) -> tuple[list[AgentScores], list[str]]:
                 if record.problem(key):
                     raise ValueError(f"run.json {record.problem(key)}")
             for agent in record.agents or ():
-                final = _phase(run, "final", agent.name)
+                final = _phase(run, "final", agent.name, benchmarks)
                 if final:
                     out.append(AgentScores(record.method, record.cohort, record.tag or "", agent.name,
-                                           agent.family or "", record.seed, final, _phase(run, "base", agent.name)))
+                                           agent.family or "", record.seed, final,
+                                           _phase(run, "base", agent.name, benchmarks)))
         except (OSError, ValueError, KeyError, TypeError) as e:
             warnings.append(f"{run.name}: unreadable ({type(e).__name__}: {e}); skipped")
     return out, warnings

@@ -264,13 +264,17 @@ class Session:
 
         cfg, prog, t = self.cfg, self.prog, time.perf_counter()
         task = prog.add(f"eval {phase}", self.total_gen + self.selector.generations(phase, len(self.agents)))
+        from corl_bench.profile import asked_decoding, asked_items
+
         specs = {b: get_spec(b) for b in self.benches}
         for a in self.agents:  # each benchmark one chunk (the one evaluation path's seed rule)
             seed = evaluator.eval_seed(cfg.run.seed, a.spec.seed_offset)
-            self.scores.setdefault(phase, {})[a.name] = {b: evaluator.evaluate(
-                a.generate, specs[b], items[: cfg.eval.max_problems or None],
+            self.scores.setdefault(phase, {})[a.name] = {b: evaluator.evaluate(  # ask_as_trained: in a's format
+                a.generate, specs[b], asked_items(self.profile, specs[b], items[: cfg.eval.max_problems or None],
+                                                  a.spec),
                 out_path=self.rd.predictions_path(phase, a.name, b),
-                decoding=evaluator.run_decoding(cfg.eval, specs[b]), seed=seed, resume=False,
+                decoding=asked_decoding(self.profile, specs[b], evaluator.run_decoding(cfg.eval, specs[b]), a.spec),
+                seed=seed, resume=False,
                 tokenizer=getattr(a, "tokenizer", None),  # spec items: the agent's chat template
                 progress=lambda n: prog.advance(task, n)) for b, (_, items) in self.benches.items()}
         self.selector.evaluate(phase, self.agents, advance=lambda n: prog.advance(task, n))

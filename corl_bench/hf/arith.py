@@ -1,0 +1,98 @@
+"""Generated arithmetic for the real-model study: a training set and two benchmark suites with no data files.
+
+The real study (``sweeps/real-study.yaml``, ``results/real-study.md``) trains the two installable models on the one
+kind of problem they answer above the floor on a CPU: "What is a op b?" with small operands. The training form of
+``arith-1digit`` (operands 1-9) has only 207 distinct problems, too few to hold out a test set of the same form that
+resolves a 5-point difference, so the study uses a wider universe of the same wording:
+
+    ``arith-small``   "What is a + b?" and "What is a - b?" with operands 1-20 (never negative),
+                      "What is a x b?" with operands 1-12 (the times table): 400 + 210 + 144 = 754 problems
+
+split once, by a hash of each problem's text, into a training part (``data.train=arith-small``, the problems walked in
+seeded epochs) and a held-out part (55 %: the benchmark ``arith-heldout``; disjoint by construction, and the run's
+decontamination check confirms it: it drops nothing). The transfer suite ``arith-transfer`` asks two-step problems in
+the same wording with two-digit operands ("What is 47 + 85?", "What is 63 - 29?": operands 21-99), sizes no
+training problem has. Both models answer it near the floor before training (greedy, 100 problems: SmolLM2 bare 6 %,
+Gemma-3 few-shot 9 %): a transfer set that shows gains, not losses.
+
+Everything is a pure function of the code: the same rows and items on every machine (no RNG state, no files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+HELDOUT_FRACTION = 0.55
+"""The share of the ``arith-small`` universe held out for ``arith-heldout`` (decided by each problem's hash)."""
+SPLIT_SALT = "corl-bench:arith-small:v1"
+
+
+def small_universe() -> list[tuple[str, str]]:
+    """Every problem of the ``arith-small`` form as ``(text, answer)``, in a fixed order (+, -, x; then operands)."""
+    out = [(f"What is {a} + {b}?", str(a + b)) for a in range(1, 21) for b in range(1, 21)]
+    out += [(f"What is {a} - {b}?", str(a - b)) for a in range(1, 21) for b in range(1, a + 1)]
+    out += [(f"What is {a} x {b}?", str(a * b)) for a in range(1, 13) for b in range(1, 13)]
+    return out
+
+
+def is_heldout(text: str) -> bool:
+    """Whether a problem of the universe belongs to the held-out part (a hash of its text: stable, machine-free)."""
+    h = int.from_bytes(hashlib.sha256(f"{SPLIT_SALT}:{text}".encode()).digest()[:8], "big")
+    return h < HELDOUT_FRACTION * 2 ** 64
+
+
+def train_rows() -> list[dict[str, Any]]:
+    """``data.train=arith-small``: the training part, one row per distinct problem (the stream shuffles epochs)."""
+    return [{"id": f"arith-small-{i}", "problem": p, "answer": a}
+            for i, (p, a) in enumerate(small_universe()) if not is_heldout(p)]
+
+
+def heldout_rows() -> list[tuple[str, str, str]]:
+    """The ``arith-heldout`` items as ``(id, text, answer)``: every held-out problem of the universe."""
+    return [(f"arith-heldout-{i}", p, a) for i, (p, a) in enumerate(small_universe()) if is_heldout(p)]
+
+
+def transfer_rows(size: int, seed: int) -> list[tuple[str, str, str]]:
+    """``arith-transfer``: ``size`` distinct two-digit problems "What is a + b?" / "What is a - b?" (operands 21-99,
+    never negative: no operand the training universe has), drawn with ``seed`` from the 9,401 problems of that
+    form."""
+    universe = [(f"What is {a} + {b}?", str(a + b)) for a in range(21, 100) for b in range(21, 100)]
+    universe += [(f"What is {a} - {b}?", str(a - b)) for a in range(21, 100) for b in range(21, a + 1)]
+    if size > len(universe):
+        raise ValueError(f"arith-transfer has {len(universe)} distinct problems; size {size} is too many")
+    picked = random.Random(f"arith-transfer:{seed}").sample(universe, size)
+    return [(f"arith-transfer-{i}", p, a) for i, (p, a) in enumerate(picked)]
+
+
+@dataclass(frozen=True)
+class ArithItem:
+    """A generated benchmark item, shaped like :class:`corl_bench.eval.items.Item` (the spec's template renders
+    ``problem``), that a profile can also render as a training problem (:meth:`text`) for a spec whose agents are
+    asked as they are trained (``ask_as_trained``)."""
+
+    id: str
+    problem: str
+    gold: str
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    images: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+
+    def text(self, view: str = "original") -> str:
+        return self.problem
+
+
+SUITES = ("arith-heldout", "arith-transfer")
+
+
+def suite_items(suite: str, size: int | None = None, seed: int | None = None) -> list[ArithItem]:
+    """The items of a generated suite (``source.suite`` of a spec whose generator is this module)."""
+    if suite == "arith-heldout":
+        rows = heldout_rows()
+    elif suite == "arith-transfer":
+        rows = transfer_rows(size or 400, seed or 0)
+    else:
+        raise ValueError(f"{suite!r} is not a suite of corl_bench.hf.arith; valid: {', '.join(SUITES)}")
+    return [ArithItem(i, p, a) for i, p, a in rows]

@@ -1,0 +1,139 @@
+"""The real-model study's pieces (issue 25) on tiny folder models: the generated arithmetic (a training part and a
+held-out part that never meet, a transfer form), the hf profile serving them as benchmarks, and in-run evaluation
+that asks each agent as it is trained (``ask_as_trained``: a chat model bare in its template, a base model few-shot,
+stopping at the next question)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corl_bench.config import ConfigError, load_config
+from tests.conftest import build_tiny
+
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def _value(text: str) -> int:
+    expr = text.removeprefix("What is ").removesuffix("?").replace(" x ", " * ")
+    return int(eval(expr, {"__builtins__": {}}))  # noqa: S307 - digits and + - * only, built by the test's subject
+
+
+def test_the_arith_split_is_disjoint_stable_and_answers_are_right():
+    from corl_bench.hf import arith
+    from corl_bench.hf.data import TrainingSet
+
+    universe = arith.small_universe()
+    assert len(universe) == len({p for p, _ in universe}) == 400 + 210 + 144
+    train = {r["problem"] for r in arith.train_rows()}
+    held = {p for _, p, _ in arith.heldout_rows()}
+    assert not train & held and train | held == {p for p, _ in universe}
+    assert (len(train), len(held)) == (353, 401)  # the hash split is fixed: these counts are the study's
+    assert all(_value(p) == int(a) for p, a in universe)
+    transfer = arith.transfer_rows(400, 0)
+    assert len({p for _, p, _ in transfer}) == 400 and not {p for _, p, _ in transfer} & (train | held)
+    assert all(_value(p) == int(a) >= 0 for _, p, a in transfer)
+    assert transfer == arith.transfer_rows(400, 0) and transfer != arith.transfer_rows(400, 1)
+    rows = TrainingSet.load("arith-small", None)
+    assert {p.text("original") for p in rows.problems} == train
+
+
+def test_the_hf_profile_serves_its_generated_suites_and_refuses_others():
+    from corl_bench.eval.specs import get_spec, parse_spec
+    from corl_bench.hf.profile import HFProfile
+
+    profile = HFProfile()
+    items = profile.benchmark("arith-heldout")
+    assert len(items) == 401 and items[0].gold == str(_value(items[0].problem))
+    assert len(profile.benchmark("arith-transfer")) == 400
+    for name in ("arith-heldout", "arith-transfer"):
+        HFProfile.check_benchmark(name, get_spec(name))
+    with pytest.raises(ConfigError, match="micro-profile suite"):
+        HFProfile.check_benchmark("micro-test", get_spec("micro-test"))
+    with pytest.raises(ConfigError, match="ask_as_trained: only a profile's generated suite") as e:
+        parse_spec({"name": "x", "version": "1", "task": "math", "source": {"local": "x.jsonl"},
+                    "prompt": "{problem}", "extractor": "qwen", "grader": "math", "ask_as_trained": True})
+    assert "\n" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny chat model (with a template) and a tiny base model (none), saved as folders."""
+    root = tmp_path_factory.mktemp("tiny")
+    out = []
+    for name, family, template in (("chat", "qwen2-bpe", TEMPLATE), ("base", "llama-bpe", None)):
+        model, tok = build_tiny(family, seed=len(out))
+        if template:
+            tok.chat_template = template
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+        out.append(root / name)
+    return out[0], out[1]
+
+
+def test_a_run_asks_each_agent_the_held_out_suite_as_it_is_trained(folders, tmp_path, monkeypatch):
+    """Co-RL, one step, a bare chat agent and a few-shot base agent on data.train=arith-small, evaluated on both
+    generated suites: each agent's prediction rows hold its own training format (the base agent's stop string
+    applied), nothing was dropped as contaminated, and the bare agent's rows equal `corl-bench eval`'s (whose spec
+    template is the bare problem in the chat template)."""
+    from corl_bench.eval.evaluator import eval_seed
+    from corl_bench.eval.targets import run_eval
+    from corl_bench.hf.data import INSTRUCTION
+    from corl_bench.results import RunDir, read_jsonl
+    from corl_bench.train.runner import run
+
+    chat, base = folders
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    cfg = load_config(None, [
+        "method.name=corl", "cohort.name=tiny-native", "cohort.profile=hf",
+        f"cohort.agents=[{{name: a0, family: '{chat}', prompt: bare}}, "
+        f"{{name: a1, family: '{base}', seed_offset: 1, prompt: fewshot}}]",
+        "run.steps=1", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=6",
+        "rollout.backend=fast", "eval.benchmarks=[arith-heldout,arith-transfer]", "eval.max_problems=3",
+        "eval.samples=2", "eval.greedy=true", "eval.temperature=1.0", "eval.max_new_tokens=12", "data.train=arith-small",
+        f"run.output_dir={tmp_path / 'runs'}", "run.log_samples_every=1", "run.checkpoint_every=0"])
+    rd = RunDir(run(cfg, auto_resume=False))
+    info = rd.info()
+    assert info["status"] == "finished" and info["contamination"]["dropped"] == 0
+    assert info["contamination"]["problems_before"] == 353
+    for phase in ("base", "final"):
+        for bench in ("arith-heldout", "arith-transfer"):
+            bare = read_jsonl(rd.predictions_path(phase, "a0", bench))
+            few = read_jsonl(rd.predictions_path(phase, "a1", bench))
+            assert len(bare) == len(few) == 3 * 3
+            assert all(r["prompt"].startswith("<|user|>What is ") and INSTRUCTION not in r["prompt"] for r in bare)
+            assert all(r["prompt"].startswith("Question: What is 3 + 4?") and r["prompt"].endswith("Answer:")
+                       and "\nQuestion:" not in r["completion"] for r in few)
+    offline = tmp_path / "offline"
+    run_eval(str(chat), ["arith-heldout"], out=offline, seed=eval_seed(0, 0), max_problems=3,
+             overrides={"samples": 2, "max_new_tokens": 12, "temperature": 1.0}, chunk=1000)
+    keys = ("problem_id", "decoding", "sample_index", "prompt", "completion", "extracted", "correct")
+    mine = read_jsonl(rd.predictions_path("base", "a0", "arith-heldout"))
+    theirs = read_jsonl(next(offline.rglob("arith-heldout.jsonl")))
+    assert [[r[k] for k in keys] for r in mine] == [[r[k] for k in keys] for r in theirs]
+
+
+def test_the_fast_engine_prefills_a_common_prompt_head_once_and_samples_the_same(folders):
+    """``prefix_cache=True``: a batch whose prompts share a long head (a chat template's system turn, a few-shot
+    prompt), with rows of different lengths, gives the same tokens and log-probs (float tolerance) as the plain
+    prefill, and the head is prefilled once."""
+    import torch
+
+    from corl_bench.hf.profile import fewshot_prompt, ARITH_SHOTS
+    from corl_bench.models.load import load_folder
+    from corl_bench.rollout import SamplingParams
+    from corl_bench.rollout import fast
+
+    model, tok = load_folder(folders[1], device="cpu", dtype="float32")
+    prompts = [fewshot_prompt(q, ARITH_SHOTS) for q in ("What is 1 + 2?", "What is 13 - 7?", "What is 12 x 11?")]
+    enc = fast.FastEngine(model, tok).encode(prompts, "cpu")
+    assert fast._common_prefix(enc) >= fast._MIN_SHARED and len(set(enc["attention_mask"].sum(-1).tolist())) > 1
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=5)
+    plain = fast.FastEngine(model, tok).generate(prompts, params)
+    shared = fast.FastEngine(model, tok, prefix_cache=True).generate(prompts, params)
+    for xs, ys in zip(plain, shared):
+        for x, y in zip(xs, ys):
+            assert x.token_ids == y.token_ids
+            assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
