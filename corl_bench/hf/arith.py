@@ -10,8 +10,8 @@ resolves a 5-point difference, so the study uses a wider universe of the same wo
 
 split once, by a hash of each problem's text, into a training part (``data.train=arith-small``, the problems walked in
 seeded epochs) and a held-out part (55 %: the benchmark ``arith-heldout``; disjoint by construction, and the run's
-decontamination check confirms it: it drops nothing). The transfer suite ``arith-transfer`` asks two-step problems in
-the same wording with two-digit operands ("What is 47 + 85?", "What is 63 - 29?": operands 21-99), sizes no
+decontamination check confirms it: it drops nothing). The transfer suite ``arith-transfer`` asks problems in the
+same wording with two-digit operands ("What is 47 + 85?", "What is 63 - 29?": operands 21-99), sizes no
 training problem has. Both models answer it near the floor before training (greedy, 100 problems: SmolLM2 bare 6 %,
 Gemma-3 few-shot 9 %): a transfer set that shows gains, not losses.
 
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+
+from corl_bench.eval.items import Item
 
 HELDOUT_FRACTION = 0.55
 """The share of the ``arith-small`` universe held out for ``arith-heldout`` (decided by each problem's hash)."""
@@ -67,18 +68,9 @@ def transfer_rows(size: int, seed: int) -> list[tuple[str, str, str]]:
     return [(f"arith-transfer-{i}", p, a) for i, (p, a) in enumerate(picked)]
 
 
-@dataclass(frozen=True)
-class ArithItem:
-    """A generated benchmark item, shaped like :class:`corl_bench.eval.items.Item` (the spec's template renders
-    ``problem``), that a profile can also render as a training problem (:meth:`text`) for a spec whose agents are
-    asked as they are trained (``ask_as_trained``)."""
-
-    id: str
-    problem: str
-    gold: str
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    images: tuple[str, ...] = ()
-    choices: tuple[str, ...] = ()
+class ArithItem(Item):
+    """A generated benchmark item (the spec's template renders ``problem``) that a profile can also render as a
+    training problem (:meth:`text`), for a spec whose agents are asked as they are trained (``ask_as_trained``)."""
 
     def text(self, view: str = "original") -> str:
         return self.problem

@@ -62,6 +62,10 @@ ARITH_SHOTS = (("What is 3 + 4?", "3 + 4 = 7. The answer is 7."), ("What is 9 - 
 half the tokens of :data:`SHOTS`)."""
 
 
+FEWSHOT = {"fewshot": SHOTS, "fewshot-arith": ARITH_SHOTS}
+"""The few-shot prompt formats and their worked examples."""
+
+
 def fewshot_prompt(question: str, shots: tuple[tuple[str, str], ...] = SHOTS) -> str:
     """Three worked examples, then the question, as plain text for a base model."""
     shots = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in shots)
@@ -355,9 +359,8 @@ class HFProfile(Profile):
 
         question = problem.text(view)
         images = tuple(getattr(problem, "images", ()) or ())
-        if prompt in ("fewshot", "fewshot-arith"):
-            return Request(text=fewshot_prompt(question, ARITH_SHOTS if prompt == "fewshot-arith" else SHOTS),
-                           images=images)
+        if prompt in FEWSHOT:
+            return Request(text=fewshot_prompt(question, FEWSHOT[prompt]), images=images)
         text = (question if prompt == "bare" else f"{question} {ANSWER_TAG_INSTRUCTION}" if prompt == "r1v"
                 else f"{question}\n {INSTRUCTION}")
         return Request(text=chat_prompt(self.tokenizer(model) if model else None, text, len(images)), images=images)
@@ -365,7 +368,7 @@ class HFProfile(Profile):
     @staticmethod
     def stop_strings(prompt: str) -> tuple[str, ...]:
         """Stop strings of a prompt format: the next question of a few-shot prompt."""
-        return ("\nQuestion:",) if prompt in ("fewshot", "fewshot-arith") else ()
+        return ("\nQuestion:",) if prompt in FEWSHOT else ()
 
     def benchmark(self, name: str) -> list[Any]:
         """The items of a benchmark spec (from data.data_dir, $CORL_BENCH_DATA or the hub), or of a generated suite

@@ -221,16 +221,16 @@ class FastEngine(InProcessEngine):
         (left-padded, so the pads sit between the shared head and the rest, masked out). Returns the model output
         and the (B, shared + S) attention mask and position ids the decode steps continue from."""
         ids, att = enc["input_ids"], enc["attention_mask"]
-        width, start = ids.shape[1], int((ids.shape[1] - att.sum(-1)).min())  # the longest row's first token
-        first = width - int(att[0].sum())
-        head, device = ids[:1, first: first + shared], ids.device
+        width, device = ids.shape[1], ids.device
+        starts = (width - att.sum(-1)).unsqueeze(-1)  # each row's first token
+        start, first = int(starts.min()), int(starts[0])  # the longest row's; row 0's
+        head = ids[:1, first: first + shared]
         own = {self._cache_kw: cache} if cache is not None else {}  # else the model's own cache class (Gemma-3)
         first_res = self.model(input_ids=head, attention_mask=torch.ones_like(head), use_cache=True,
                                position_ids=torch.arange(shared, device=device).unsqueeze(0), **self._last_only, **own)
         cache = getattr(first_res, self._cache_kw)
         cache.batch_repeat_interleave(ids.shape[0])
         # every row's own tokens are right-aligned; a row that starts later still has head tokens in these columns
-        starts = (width - att.sum(-1)).unsqueeze(-1)
         columns = torch.arange(start + shared, width, device=device).unsqueeze(0)
         rest, rest_att = ids[:, start + shared:], att[:, start + shared:] * (columns >= starts + shared)
         full = torch.cat([torch.ones((ids.shape[0], shared), dtype=att.dtype, device=device), rest_att], dim=-1)
