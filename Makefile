@@ -2,6 +2,7 @@
 #   make run   - virtualenv + install + the default main job (Co-RL, cross-family, micro profile)
 #   make test  - virtualenv + install with test extras + the test suite
 #   make study-quick / make study - the micro reproduction study (about 1.5-2 h / 3 h on 2 cores; resumable)
+#   make study-real - the real-model study, SmolLM2-135M x Gemma-3-270M (results/real-study.md; resumable)
 #   make vllm-env - the optional CPU vLLM environment .venv-vllm (rollout.backend=vllm; on CUDA: pip install vllm)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,7 +11,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CONSTRAINTS := $(if $(HAS_GPU),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 
-.PHONY: install run test study-quick study clean-venv vllm-env
+.PHONY: install run test study-quick study study-real clean-venv vllm-env
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 	python3 -m venv $(VENV)
@@ -35,6 +36,10 @@ study-quick: $(VENV)/.installed
 
 study: $(VENV)/.installed
 	$(PY) scripts/micro_study.py --sweep sweeps/micro-study.yaml --out results/micro-study-full
+
+# The real-model study (results/real-study.md): sweep + tables, claims, intervals, dynamics, collapse, plots.
+study-real: $(VENV)/.installed
+	$(PY) scripts/real_study.py --sweep sweeps/real-study.yaml --out results/real-study
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q $(PYTEST_ARGS)

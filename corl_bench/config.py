@@ -272,6 +272,8 @@ class AgentSpec:
     """where this agent's model lives: auto | cpu | cuda | cuda:N; empty = model.device"""
     lora_rank: int | None = None
     """this agent's LoRA rank (0 = full fine-tuning); empty = memory.lora_rank"""
+    lr: float | None = None
+    """this agent's learning rate; empty = grpo.lr (models of different sizes and families rarely share one)"""
     prompt: str = ""
     """how the profile asks this agent; empty = the profile's way. hf: paper (the paper's instruction, the default)
     | bare (the problem alone) | fewshot (three worked examples as plain text, for base models) | fewshot-arith (the
@@ -285,6 +287,8 @@ class AgentSpec:
     def __post_init__(self) -> None:
         _check(self.lora_rank is None or self.lora_rank >= 0, f"cohort agent {self.name!r}: lora_rank must be >= 0 "
                f"(got {self.lora_rank}); leave it out to use memory.lora_rank")
+        _check(self.lr is None or (isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool) and self.lr > 0),
+               f"cohort agent {self.name!r}: lr must be a number > 0 (got {self.lr!r}); leave it out to use grpo.lr")
         _check(self.view in ("original", "rephrased"),
                f"cohort agent {self.name!r}: view must be original or rephrased (got {self.view!r}); "
                f"set view: original")

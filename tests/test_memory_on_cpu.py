@@ -319,6 +319,21 @@ def test_lora_resume_is_bit_identical_and_an_agent_may_override_the_rank(tmp_pat
     assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))
 
 
+def test_an_agent_may_set_its_own_learning_rate():
+    """``lr:`` on a cohort agent replaces grpo.lr for that agent only: the same update as a run whose grpo.lr is it."""
+    model, tok = build_tiny("qwen2-bpe")
+    samples, adv = _samples(tok, 4, seed=5), [0.5, -1.0, 1.0, -0.5]
+    own = _agent(model, tok, spec=AgentSpec(name="a0", family="qwen2-bpe", lr=3e-3))
+    same = _agent(model, tok, "grpo.lr=3e-3")
+    default = _agent(model, tok)
+    assert (own.lr, same.lr, default.lr) == (3e-3, 3e-3, 1e-2)
+    params = [_one_update(a, samples, adv)[2] for a in (own, same, default)]
+    assert all(torch.equal(a, b) for a, b in zip(params[0], params[1]))
+    assert not all(torch.equal(a, b) for a, b in zip(params[0], params[2]))
+    for bad in (0.0, -1e-5, True):
+        with pytest.raises(ConfigError, match="lr must be a number > 0"):
+            AgentSpec(name="x", family="qwen2-bpe", lr=bad)
+
 def test_lora_ema_teacher_follows_the_merged_policy():
     from corl_bench.method import AuxiliaryModel
     from corl_bench.train.memory import merged_state_dict

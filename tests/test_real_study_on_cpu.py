@@ -47,7 +47,7 @@ def test_the_hf_profile_serves_its_generated_suites_and_refuses_others():
     profile = HFProfile()
     items = profile.benchmark("arith-heldout")
     assert len(items) == 401 and items[0].gold == str(_value(items[0].problem))
-    assert len(profile.benchmark("arith-transfer")) == 400
+    assert len(profile.benchmark("arith-transfer")) == 200
     for name in ("arith-heldout", "arith-transfer"):
         HFProfile.check_benchmark(name, get_spec(name))
     with pytest.raises(ConfigError, match="micro-profile suite"):
@@ -137,3 +137,53 @@ def test_the_fast_engine_prefills_a_common_prompt_head_once_and_samples_the_same
         for x, y in zip(xs, ys):
             assert x.token_ids == y.token_ids
             assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_study_script_runs_its_sweep_and_writes_every_figure(folders, tmp_path, monkeypatch):
+    """scripts/real_study.py on the study's own sweep settings (sweeps/real-study.yaml), its Base and Co-RL cells
+    only, two seeds, tiny models in place of SmolLM2 and Gemma: the sweep runs, keeps its cells, and every file the
+    write-up quotes is written from them (claims paired by seed, the suites' sampling error, curves, collapse)."""
+    import importlib.util
+    import sys
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    chat, base = folders
+    sweep = yaml.safe_load((repo / "sweeps" / "real-study.yaml").read_text())
+    claims = yaml.safe_load((repo / "results" / "real-study" / "claims.yaml").read_text())
+    sweep.update(output_dir=str(tmp_path / "sweep"), keep=str(tmp_path / "kept"), seeds=[0, 1],
+                 cells=[c for c in sweep["cells"] if c.get("tag") == "base" or c["method"] == "corl"
+                        and c["cohort"] == "smol-cross-family-arith"])
+    sweep["set"].update({
+        "cohort.agents": [{"name": "a0", "family": str(chat), "prompt": "bare"},
+                          {"name": "a1", "family": str(base), "seed_offset": 1, "prompt": "fewshot-arith"}],
+        "cohort.profile": "hf", "run.steps": 1, "rollout.prompts_per_step": 2, "rollout.samples_per_prompt": 2,
+        "rollout.max_new_tokens": 6, "eval.max_problems": 4, "eval.max_new_tokens": 8})
+    for claim in claims["claims"]:
+        claim["backbones"] = [str(chat) if b == "smol" else str(base) for b in claim["backbones"]]
+    (tmp_path / "real-study.yaml").write_text(yaml.safe_dump(sweep))
+    (tmp_path / "claims.yaml").write_text(yaml.safe_dump(claims))
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    spec = importlib.util.spec_from_file_location("real_study", repo / "scripts" / "real_study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["real_study.py", "--sweep", str(tmp_path / "real-study.yaml"),
+                                      "--out", str(out), "--claims", str(tmp_path / "claims.yaml")])
+    assert script.main() == 0
+    kept = sorted(p.name for p in (tmp_path / "kept" / "runs").iterdir())
+    assert kept == ["corl-smol-cross-family-arith-s0", "corl-smol-cross-family-arith-s1",
+                    "gt-reward-smol-cross-family-arith-base-s0", "gt-reward-smol-cross-family-arith-base-s1"]
+    tables = (out / "tables.md").read_text()
+    assert "**arith-transfer · " in tables and "| corl × smol-cross-family-arith | 2 |" in tables
+    claims_md = (out / "claims.md").read_text()
+    assert "### arith-heldout" in claims_md and "| Co-RL above Base | " in claims_md and "s0: " in claims_md
+    assert "| arith-heldout | 4 | a0 |" in (out / "intervals.md").read_text()
+    dynamics = (out / "dynamics.md").read_text()
+    assert "| corl × smol-cross-family-arith | a1 |" in dynamics and "base" not in dynamics.split("\n", 3)[-1]
+    assert "corl-smol-cross-family-arith-s0: silent" in (out / "collapse.md").read_text()
+    assert "| Co-RL above Base |" in (out / "micro-vs-real.md").read_text()
+    assert "| **all** | 4 |" in (out / "walltime.md").read_text()
+    assert (out / "corl-smol-cross-family-arith-s0.png").stat().st_size > 0

@@ -174,7 +174,8 @@ class Agent:
                 self.engines[aux.name] = make_engine(backend, self.auxiliary[aux.name], tokenizer, **engine_kwargs)
         params = [p for p in model.parameters() if p.requires_grad] if self.lora_rank or freeze_vision \
             else model.parameters()
-        self.optimizer = torch.optim.AdamW(params, lr=grpo_cfg.lr, betas=grpo_cfg.betas,
+        self.lr = spec.lr if spec.lr is not None else grpo_cfg.lr
+        self.optimizer = torch.optim.AdamW(params, lr=self.lr, betas=grpo_cfg.betas,
                                            weight_decay=grpo_cfg.weight_decay)
         self._pending: PolicyForward | None = None
         self._micro: list[MicroBatch] = []  # scored micro-batches (memory.micro_batch > 0): tensors, no graph
