@@ -81,7 +81,7 @@ def _greedy_correct(run, phase: str, agent: str, bench: str) -> dict[str, bool]:
     from corl_bench.report.collect import row_grader_for
 
     grade = row_grader_for(bench)
-    return {r["problem_id"]: bool(grade(r)) for r in run.predictions(phase, agent, bench)
+    return {r["problem_id"]: grade(r)[1] for r in run.predictions(phase, agent, bench)  # grade: (extracted, correct)
             if r.get("decoding") == "greedy"}
 
 
@@ -152,7 +152,8 @@ def dynamics(runs_dir: Path, checkpoints: tuple[int, ...]) -> str:
     return ("Training rollouts scored against the hidden answers (never seen by a label-free reward), percent; each "
             "entry is the mean over seeds and over steps s-1, s, s+1 (8 prompts per step make one step noisy). "
             "Pseudo-label accuracy: the label the method rewarded against, vs the truth (GT-Reward: 100). Peer "
-            "agreement: the agent's vote equals its peer's (Co-RL only).\n\n" + "\n".join(lines) + "\n")
+            "agreement: the agent's majority vote equals the other agent's, per prompt (logged for every two-agent run; "
+            "only Co-RL's agents are rewarded by it).\n\n" + "\n".join(lines) + "\n")
 
 
 def collapse(runs_dir: Path, scores_by_bench: dict) -> str:

@@ -149,6 +149,8 @@ def test_the_study_script_runs_its_sweep_and_writes_every_figure(folders, tmp_pa
 
     import yaml
 
+    from corl_bench.results import read_jsonl
+
     repo = Path(__file__).resolve().parents[1]
     chat, base = folders
     sweep = yaml.safe_load((repo / "sweeps" / "real-study.yaml").read_text())
@@ -180,7 +182,11 @@ def test_the_study_script_runs_its_sweep_and_writes_every_figure(folders, tmp_pa
     assert "**arith-transfer · " in tables and "| corl × smol-cross-family-arith | 2 |" in tables
     claims_md = (out / "claims.md").read_text()
     assert "### arith-heldout" in claims_md and "| Co-RL above Base | " in claims_md and "s0: " in claims_md
-    assert "| arith-heldout | 4 | a0 |" in (out / "intervals.md").read_text()
+    intervals = (out / "intervals.md").read_text()
+    assert "| arith-heldout | 4 | a0 |" in intervals and "| arith-transfer | 4 | a1 |" in intervals
+    base = read_jsonl(next((tmp_path / "kept").rglob("*base-s0/eval/final/a0/arith-heldout.jsonl")))
+    greedy = [r["correct"] for r in base if r["decoding"] == "greedy"]
+    assert f"| arith-heldout | 4 | a0 | {100 * sum(greedy) / 4:.1f} |" in intervals  # the base accuracy, regraded
     dynamics = (out / "dynamics.md").read_text()
     assert "| corl × smol-cross-family-arith | a1 |" in dynamics and "base" not in dynamics.split("\n", 3)[-1]
     assert "corl-smol-cross-family-arith-s0: silent" in (out / "collapse.md").read_text()
