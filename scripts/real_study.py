@@ -201,8 +201,8 @@ def micro_vs_real(real: list, micro: list, claims) -> str:
 
 
 def _micro_comparisons(claims) -> list:
-    """This study's claims on the micro study's kept cells: cross-family pairs for Co-RL, three-agent cohort runs
-    for the single-agent methods, phase=base for Base."""
+    """This study's claims on the micro study's kept cells: the micro cohort of the same kind for Co-RL, any cohort
+    for the single-agent methods, Co-RL cross-family's base evaluation for Base."""
     from corl_bench.report.study import Cell, Claim, claim_comparisons, load_agent_scores
 
     micro_dir = REPO / "results" / "micro-study" / "sweep"
@@ -214,8 +214,9 @@ def _micro_comparisons(claims) -> list:
     def cell(c: Cell) -> Cell:
         if c.tag == "base":
             return Cell("corl", "cross-family", "", "base")
-        single = c.method in ("gt-reward", "ttrl")
-        return Cell(c.method, "three-agent" if single else cohort.get(c.cohort or "", c.cohort), c.tag, c.phase)
+        if c.method in ("gt-reward", "ttrl"):  # single-agent methods: whichever cohort the micro grid ran them on
+            return Cell(c.method, None, c.tag, c.phase)
+        return Cell(c.method, cohort.get(c.cohort or "", c.cohort), c.tag, c.phase)
 
     mapped = [Claim(c.name, cell(c.a), cell(c.b), ("qwen2-bpe", "llama-bpe"), c.margin) for c in claims]
     mapped = [Claim(c.name, c.a, c.b, ("qwen2-bpe",), c.margin) if "same-family" in c.name else c for c in mapped]
