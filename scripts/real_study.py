@@ -17,6 +17,7 @@ PNG per cell of the first seed. Every number is recomputed from the stored predi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import statistics
@@ -172,7 +173,7 @@ def collapse(runs_dir: Path, scores_by_bench: dict) -> str:
     found = False
     for bench, scores in scores_by_bench.items():
         base = {(s.family, s.seed): s.final for s in scores if s.tag == "base"}
-        paired = [s.__class__(**{**s.__dict__, "base": base.get((s.family, s.seed), {})}) for s in scores
+        paired = [dataclasses.replace(s, base=base.get((s.family, s.seed), {})) for s in scores
                   if s.tag != "base"]
         for c in collapse_report(paired):
             found = True
