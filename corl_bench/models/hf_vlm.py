@@ -71,12 +71,20 @@ def without_video(cls: type) -> type:
     body: dict[str, Any] = {"get_attributes": classmethod(lambda c: list(attrs)), "__module__": cls.__module__,
                             "__doc__": cls.__doc__}
     if param is not None and param.default is inspect.Parameter.empty:  # SmolVLM requires the argument
-        base = cls.from_args_and_dict.__func__  # type: ignore[attr-defined]
+        if hasattr(cls, "from_dict"):  # transformers >= 5.25 builds processors from keywords
+            base_dict = cls.from_dict.__func__  # type: ignore[attr-defined]
 
-        def from_args_and_dict(c: Any, args: Any, processor_dict: Any, **kwargs: Any) -> Any:
-            return base(c, [*args, None], processor_dict, **kwargs)  # video_processor=None, positionally
+            def from_dict(c: Any, processor_dict: Any, **kwargs: Any) -> Any:
+                return base_dict(c, processor_dict, **{"video_processor": None, **kwargs})
 
-        body["from_args_and_dict"] = classmethod(from_args_and_dict)
+            body["from_dict"] = classmethod(from_dict)
+        if hasattr(cls, "from_args_and_dict"):  # earlier releases: sub-processors positionally, in attribute order
+            base = cls.from_args_and_dict.__func__  # type: ignore[attr-defined]
+
+            def from_args_and_dict(c: Any, args: Any, processor_dict: Any, **kwargs: Any) -> Any:
+                return base(c, [*args, None], processor_dict, **kwargs)  # video_processor=None, positionally
+
+            body["from_args_and_dict"] = classmethod(from_args_and_dict)
     own = getattr(cls, "apply_chat_template", None)
     if own is not None and "video_processor" in getattr(own, "__code__", compile("", "", "exec")).co_names:
         from transformers.processing_utils import ProcessorMixin  # SmolVLM's override reads video defaults
