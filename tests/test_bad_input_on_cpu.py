@@ -44,7 +44,7 @@ CASES: dict[str, tuple] = {
          "eval.benchmarks=[livecodebench_v6]"], "livecodebench_v6", {"train.jsonl": TRAIN_JSONL},
         needs=SMOL, why="the smol model entry is not installed"),
     "vlm-with-vllm-engine": _case(["--method", "ttrl", "--cohort", "visual-single", "--set", "rollout.backend=vllm"],
-                                  "set rollout.backend=hf"),
+                                  "vLLM cannot load"),
     "text-benchmark-in-micro": _case(["--set", "eval.benchmarks=[gsm8k]"], "is not a micro benchmark"),
     # -------------------------------------------------- unknown names
     "unknown-method": _case(["--method", "nope"], "method.name"),

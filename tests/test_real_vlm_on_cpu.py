@@ -84,6 +84,23 @@ def test_prompt_ids_and_image_inputs_equal_the_processors_chat_template_on_cpu(l
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
+def test_unexpanded_prompt_ids_expand_through_the_processor_to_the_prompt_ids_on_cpu(loaded, arch):
+    """What the vllm engine sends (the ids before the image placeholders are expanded): the processor run on their
+    text with the images gives exactly the ids the training forward pass uses. Where the processor's block is a run
+    of image tokens (Qwen2-VL, Qwen2.5-VL, LLaVA), collapsing the runs of a token-id request gives the same ids."""
+    _, _, tok = loaded(arch)
+    codec = codec_of(tok)
+    for req in requests(tok, 2):
+        ids, _ = codec.prompt(req)
+        short = codec.unexpanded(req)
+        assert len(short) < len(ids)
+        again = codec._call(tok.decode(short), codec.images(req))["input_ids"][0].tolist()
+        assert again == ids, arch
+        if arch in ("qwen2-vl", "qwen2.5-vl", "llava"):
+            assert codec.unexpanded(Request(token_ids=ids, images=req.images)) == short
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
 def test_engine_log_probs_equal_the_training_forward_and_freeze_vision_keeps_the_tower_on_cpu(loaded, arch):
     from corl_bench.models.hf_vlm import VISION_TOWERS
     from corl_bench.train.agent import Agent, TrainSample

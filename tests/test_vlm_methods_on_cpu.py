@@ -112,7 +112,7 @@ def test_a_visual_run_starts_from_the_cohort_profile_and_its_own_benchmark_on_cp
                                      f"model.cache_dir={cache}", f"run.output_dir={tmp_path / 'runs'}"])
                for b in ("fast", "vllm")}
     assert resolve(engines["fast"]).config.rollout.backend == "fast"  # the fast engine takes images
-    with pytest.raises(Exception, match="set rollout.backend=hf"):
+    with pytest.raises(Exception, match="vLLM cannot load"):
         resolve(engines["vllm"])
 
 

@@ -223,11 +223,37 @@ class ProcessorCodec:
         return {k: v for k, v in out.items() if k not in ("input_ids", "attention_mask")
                 and k not in self.token_types and hasattr(v, "shape")}
 
+    def images(self, request: Any) -> list[Any]:
+        """The request's images as the processor gets them: loaded, RGB, capped at ``max_image_side``."""
+        return [self._capped(load_image(i)) for i in (getattr(request, "images", ()) or ())]
+
+    def text(self, request: Any) -> str:
+        """The text of a text request as the processor gets it: the placeholders put in front of the text when the
+        rendered prompt holds none (one per image)."""
+        n = len(getattr(request, "images", ()) or ())
+        if n and self.placeholder.strip() and self.placeholder.strip() not in request.text:
+            return self.placeholder * n + request.text
+        return request.text
+
+    def unexpanded(self, request: Any) -> list[int]:
+        """The prompt ids *before* the processor expands each image placeholder into its block: the tokenizer's ids
+        of :meth:`text` (what an engine that runs the processor itself, such as vLLM, is given). For a token-id
+        request, each run of image tokens becomes one. :meth:`prompt` gives the expanded ids."""
+        if request.token_ids is not None:
+            out: list[int] = []
+            for t in request.token_ids:
+                if not (t == self.image_token_id and out and out[-1] == t):
+                    out.append(int(t))
+            return out
+        text = self.text(request)
+        bos = getattr(self.tokenizer, "bos_token", None)
+        return list(self.tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"])
+
     def prompt(self, request: Any) -> tuple[list[int], dict[str, Any]]:
         """(prompt token ids with each image's block in place, the request's image tensors; {} without images).
 
         A token-id request with images must already hold their blocks (its image-token count is checked)."""
-        images = [self._capped(load_image(i)) for i in (getattr(request, "images", ()) or ())]
+        images = self.images(request)
         if request.token_ids is not None:
             ids = list(request.token_ids)
             if not images:
@@ -237,10 +263,7 @@ class ProcessorCodec:
             if ids.count(self.image_token_id) != want:
                 raise ValueError(f"a token-id request with {len(images)} image(s) must hold their {want} image tokens")
             return ids, self._vision(out)
-        text = request.text
-        if images and self.placeholder.strip() and self.placeholder.strip() not in text:
-            text = self.placeholder * len(images) + text
-        out = self._call(text, images)
+        out = self._call(self.text(request), images)
         return out["input_ids"][0].tolist(), self._vision(out) if images else {}
 
     def collate(self, visions: Sequence[dict[str, Any]], ids: Any) -> dict[str, Any]:

@@ -99,6 +99,14 @@ def takes_images(ref: str) -> bool | None:
     return (folder / CODEC_FILE).is_file() or is_processor_vlm(folder)
 
 
+def has_own_codec(ref: str) -> bool:
+    """Whether a reference is a vision-language checkpoint written by corl-bench with its own image codec
+    (``corl_vision_codec.json``): transformers loads it through corl-bench only, vLLM not at all."""
+    k = kind(ref)
+    folder = Path(ref) if k == "folder" else hub_snapshot(ref) if k == "hub" else None
+    return folder is not None and (folder / CODEC_FILE).is_file()
+
+
 def _finish(model: Any, tok: Any) -> tuple[Any, Any]:
     tok.padding_side = "left"
     if tok.pad_token_id is None:

