@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM rollouts + GRPO updates for two agents colocated on ONE GPU, beside TRL GRPOTrainer with vLLM colocate on the
-# same model and settings. Budget: <= 8 minutes. Needs CUDA and `pip install vllm trl` in the environment.
+# same model and settings, then the vLLM image test. Budget: <= 10 minutes. Needs CUDA and `pip install vllm trl` in the environment.
 #
 #   bash scripts/gpu_vllm_check.sh            # uses .venv/bin/python, or PY=python bash ...
 #
@@ -42,4 +42,6 @@ echo "== TRL GRPOTrainer, vLLM colocate (vllm_gpu_memory_utilization 0.20), one 
 timeout 170 "$PY" scripts/bench_suite.py --worker step --side trl --model smol --steps 2 --threads 4 --tmp "$OUT/trl" \
   --trl-vllm 0.2 --set model.dtype=bfloat16 --set model.device=cuda --set rollout.prompts_per_step=8 \
   --set rollout.samples_per_prompt=8 --set rollout.max_new_tokens=256 | tail -1
+echo "== vLLM with images: a tiny Qwen2.5-VL, engine log-probs vs the training forward with images (never run on a CPU)"
+timeout 240 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_vllm_engine.py -k images 2>&1 | tail -3 || true
 echo "gpu_vllm_check: outputs in $OUT"
