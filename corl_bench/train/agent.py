@@ -391,26 +391,26 @@ class Agent:
                         ent, sc = grpo.masked_seq_mean(ent, shared.mask), grpo.masked_seq_mean(sc, shared.mask)
                     empty = torch.empty(0)
                     self._micro.append(MicroBatch(empty, empty, empty, ent, sc, shared))
-                    if self.cfg.behaviour_is_cap:
-                        self._micro[-1].behaviour = self._behaviour([s.completion for s in part], shared.mask)
+                    self._micro[-1].behaviour = self._behaviour([s.completion for s in part], shared.mask)
                 else:
                     ids, att, cmask, vision = self._batch([s.request for s in part], [s.completion for s in part])
                     ent, sc = self._stats(ids, att, cmask[:, 1:], vision)
                     self._micro.append(MicroBatch(ids, att, cmask, ent, sc, vision=vision))
-                    if self.cfg.behaviour_is_cap:
-                        self._micro[-1].behaviour = self._behaviour([s.completion for s in part], cmask[:, 1:])
+                    self._micro[-1].behaviour = self._behaviour([s.completion for s in part], cmask[:, 1:])
                 entropy += ent.tolist()
                 certainty += sc.tolist()
             return SampleStats(entropy=entropy, self_certainty=certainty)
         fwd = self.forward([s.request for s in samples], [s.completion for s in samples])
-        if self.cfg.behaviour_is_cap:
-            fwd.behaviour = self._behaviour([s.completion for s in samples], fwd.mask)
+        fwd.behaviour = self._behaviour([s.completion for s in samples], fwd.mask)
         self._pending = fwd if self._pending is None else concat_forwards(self._pending, fwd)
         return SampleStats(entropy=fwd.entropy.tolist(), self_certainty=fwd.self_certainty.tolist())
 
-    def _behaviour(self, completions: Sequence[Completion], mask: torch.Tensor) -> torch.Tensor:
-        """(N, T) the engine's log-probs of each completion's tokens, placed where ``mask`` marks them."""
+    def _behaviour(self, completions: Sequence[Completion], mask: torch.Tensor) -> torch.Tensor | None:
+        """(N, T) the engine's log-probs of each completion's tokens, placed where ``mask`` marks them (None when the
+        engine gave none: then ``grpo.behaviour_is_cap`` is refused, and the update reports no log-prob gap)."""
         if any(len(c.logprobs) != len(c.token_ids) for c in completions):
+            if not self.cfg.behaviour_is_cap:
+                return None
             raise RuntimeError(f"agent {self.name}: grpo.behaviour_is_cap needs the rollout engine's log-probs of "
                                "every token; this engine returned none (set grpo.behaviour_is_cap=0)")
         flat = torch.tensor([lp for c in completions for lp in c.logprobs], dtype=torch.float32, device=mask.device)
@@ -475,6 +475,7 @@ class Agent:
         denom = grpo.aggregate_denominator(counts, self.cfg.loss_agg, width, max_len)
         tok_denom = grpo.aggregate_denominator(counts, "token-mean", width)
         totals = torch.zeros(4, dtype=torch.float64)  # loss, pg_loss, kl, clip_fraction
+        gap_sum, gap_n, gap_max = 0.0, 0, 0.0  # |trainer - engine| log-probs of the sampled tokens
         self.optimizer.zero_grad(set_to_none=True)
         start = 0
         for b, mask in zip(batches, masks):
@@ -492,6 +493,12 @@ class Agent:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.model.eval()
                 raise
+            if b.behaviour is not None:  # the engine's log-probs of the sampled tokens vs this forward pass
+                diff = (logp.detach() - b.behaviour).abs()[mask.bool()]
+                if diff.numel():
+                    gap_sum += float(diff.double().sum())
+                    gap_n += diff.numel()
+                    gap_max = max(gap_max, float(diff.max()))
             out.loss.backward()
             totals += torch.tensor([float(out.loss.detach()), float(out.pg_loss), float(out.kl),
                                     float(out.clip_fraction)], dtype=torch.float64)
@@ -501,8 +508,21 @@ class Agent:
         n_tok = counts.to(entropy.dtype)
         mean_entropy = float((entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
         loss, pg_loss, kl, clip = totals.tolist()
+        if gap_n:
+            self._watch_gap(gap_sum / gap_n)
         return UpdateStats(loss=loss, pg_loss=pg_loss, kl=kl, clip_fraction=clip, grad_norm=float(grad_norm),
-                           entropy=mean_entropy, n_tokens=int(counts.sum()))
+                           entropy=mean_entropy, n_tokens=int(counts.sum()),
+                           logp_gap_mean=gap_sum / gap_n if gap_n else None, logp_gap_max=gap_max if gap_n else None)
+
+    def _watch_gap(self, mean_gap: float) -> None:
+        """Warn once when the engine-vs-trainer log-prob gap jumps to 10x its first value (and past 1e-3 nats): the
+        engine samples from weights the trainer no longer has (a failed or partial sync, a stale wake)."""
+        base = self.__dict__.setdefault("_gap_base", mean_gap)
+        if mean_gap > max(10 * base, 1e-3) and not self.__dict__.get("_gap_warned"):
+            self._gap_warned = True
+            log.warning("agent %s: the rollout engine's log-probs differ from the training forward by %.3g nats per "
+                        "token (first step: %.3g): its weights look stale; check the weight sync (engine/logp_gap_*)",
+                        self.name, mean_gap, base)
 
     def update(self, advantages: Sequence[float] | torch.Tensor, max_len: int | None = None) -> UpdateStats:
         """One GRPO update on everything scored since the last update, one advantage per scored sample."""

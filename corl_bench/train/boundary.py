@@ -63,6 +63,8 @@ class UpdateStats:
     grad_norm: float
     entropy: float  # mean token entropy of the policy on its own completions (at the rollout temperature)
     n_tokens: int
+    logp_gap_mean: float | None = None  # mean |training forward - rollout engine| log-prob of the sampled tokens
+    logp_gap_max: float | None = None  # its max (None where the engine gave no log-probs)
 
 
 def checkpoint_file(directory: Path, name: str) -> Path:

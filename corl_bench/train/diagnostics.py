@@ -13,6 +13,9 @@ The hidden ground truth is used *here*, for monitoring only — never by a label
     adv/zero_std_fraction    share of groups with identical rewards (no gradient)
     policy/entropy, policy/kl, policy/grad_norm, policy/clip_fraction, loss
     len/mean, len/clipped_ratio   completion length in tokens; share that hit the token cap
+    engine/logp_gap_mean, engine/logp_gap_max   |training forward - rollout engine| log-prob of the sampled tokens
+                             (mean, max): ~1e-6 in fp32 when the engine holds the trainer's weights; stale weights
+                             after a sync show at once (absent where the engine returns no log-probs)
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ def agent_diagnostics(*, rollouts: AgentRollouts, rewards: AgentRewards, truth: 
     if update is not None:
         out.update({"loss": update.loss, "policy/entropy": update.entropy, "policy/kl": update.kl,
                     "policy/grad_norm": update.grad_norm, "policy/clip_fraction": update.clip_fraction})
+        if getattr(update, "logp_gap_max", None) is not None:
+            out.update({"engine/logp_gap_mean": update.logp_gap_mean, "engine/logp_gap_max": update.logp_gap_max})
     for key, val in rewards.metrics.items():
         out[f"method/{key}"] = val
     return out
