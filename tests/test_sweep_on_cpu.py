@@ -128,9 +128,22 @@ def test_a_kept_grid_resumes_on_another_machine_and_tables_read_it_without_weigh
     assert not (kept / "checkpoints").exists() and not list(kept.rglob("*.safetensors"))
     assert sorted(p.name for p in kept.iterdir()) == ["config.yaml", "env.json", "eval", "metrics.jsonl", "run.json",
                                                       "samples.jsonl"]
+    assert (Path(spec.output_dir) / "runs" / "ttrl-tiny-one-s0" / "checkpoints").is_dir()  # kept, not pruned
     original = collect_results(Path(spec.output_dir))
     shutil.rmtree(spec.output_dir)  # a fresh clone: only the tracked folder is there
     again = run_sweep(spec)
     assert again["finished"] == ["ttrl-tiny-one-s0"] and not again["ran"]
     assert not (Path(spec.output_dir) / "runs" / "ttrl-tiny-one-s0").exists()
     assert repr(collect_results(keep)) == repr(original).replace(str(spec.output_dir), str(keep))
+
+
+def test_prune_deletes_a_kept_cells_checkpoints_and_needs_keep(tmp_path):
+    keep = tmp_path / "tracked"
+    spec = load_sweep(write_sweep(tmp_path, methods=["ttrl"], cohorts=["tiny-one"], keep=str(keep), prune=True))
+    assert spec.prune and run_sweep(spec)["ran"] == ["ttrl-tiny-one-s0"]
+    cell = Path(spec.output_dir) / "runs" / "ttrl-tiny-one-s0"
+    assert (cell / "run.json").is_file() and not (cell / "checkpoints").exists()
+    assert (keep / "runs" / "ttrl-tiny-one-s0" / "metrics.jsonl").is_file()
+    (tmp_path / "b").mkdir()
+    with pytest.raises(ConfigError, match="set keep"):
+        load_sweep(write_sweep(tmp_path / "b", prune=True))

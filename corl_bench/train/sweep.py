@@ -69,6 +69,10 @@ class SweepSpec:
     cells: tuple[dict[str, Any], ...] = ()
     keep: str = ""
     """a folder that keeps every finished cell without its checkpoints (module docstring); "" = none"""
+    prune: bool = False
+    """delete a finished cell's ``checkpoints/`` under ``output_dir`` once it is kept (needs ``keep``): a real-model
+    cell's resume checkpoint holds weights and AdamW state (5-6 GB for SmolLM2 x Gemma-3), which a grid of 18 cells
+    would otherwise leave on the disk"""
 
     @property
     def results_dir(self) -> Path:
@@ -85,7 +89,7 @@ def load_sweep(path: Path) -> SweepSpec:
         raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a sweep is a mapping with methods, cohorts and seeds")
-    valid = {"name", "output_dir", "methods", "cohorts", "seeds", "set", "cells", "keep"}
+    valid = {"name", "output_dir", "methods", "cohorts", "seeds", "set", "cells", "keep", "prune"}
     unknown = sorted(set(raw) - valid)
     if unknown:
         raise ConfigError(f"{path}: {unknown[0]!r} is not a sweep field; valid: {', '.join(sorted(valid))}")
@@ -110,10 +114,15 @@ def load_sweep(path: Path) -> SweepSpec:
         if c.get("set") and not c.get("tag"):
             raise ConfigError(f"{path}: cell {c['method']} x {c['cohort']} has its own set but no tag; add e.g. "
                               "tag: budget-matched so its runs get their own id and table row")
+    if not isinstance(raw.get("prune", False), bool):
+        raise ConfigError(f"{path}: prune must be true or false")
+    if raw.get("prune") and not raw.get("keep"):
+        raise ConfigError(f"{path}: prune deletes a finished cell's checkpoints once it is kept; set keep: <folder> "
+                          "too (or drop prune)")
     return SweepSpec(name=name, output_dir=str(raw.get("output_dir") or f"results/sweeps/{name}"),
                      methods=tuple(raw.get("methods", [])), cohorts=tuple(raw.get("cohorts", [])),
                      seeds=tuple(seeds), set=dict(raw.get("set", {})), cells=tuple(cells),
-                     keep=str(raw.get("keep") or ""))
+                     keep=str(raw.get("keep") or ""), prune=bool(raw.get("prune", False)))
 
 
 def cell_config(spec: SweepSpec, cell: Cell) -> Any:
@@ -177,7 +186,8 @@ def _finished(path: Path) -> bool:
 
 def keep_cell(spec: SweepSpec, cell: Cell) -> Path | None:
     """Copy a finished cell into ``<keep>/runs/<run id>`` without ``checkpoints/`` (atomically: a copy beside it,
-    then a rename); None when the sweep keeps nothing or the cell is not finished under ``output_dir``."""
+    then a rename), then with ``prune`` delete the cell's ``checkpoints/`` under ``output_dir``; None when the sweep
+    keeps nothing or the cell is not finished under ``output_dir``."""
     import shutil
 
     src = Path(spec.output_dir) / "runs" / cell.run_id
@@ -192,6 +202,8 @@ def keep_cell(spec: SweepSpec, cell: Cell) -> Path | None:
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(tmp, dest)
+    if spec.prune:
+        shutil.rmtree(src / "checkpoints", ignore_errors=True)
     return dest
 
 
