@@ -233,7 +233,10 @@ def _vlm_problem() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_vlm_problem() is not None, reason=str(_vlm_problem()))
+NO_VLM = _vlm_problem()
+
+
+@pytest.mark.skipif(NO_VLM is not None, reason=str(NO_VLM))
 def test_images_reach_vllm_as_multimodal_inputs(env, tmp_path):
     """A tiny Qwen2.5-VL (real classes): requests with images of two sizes and a text row in one batch; the engine's
     log-probs equal the training forward pass with the images, before and after an update; a token-id request that

@@ -90,10 +90,9 @@ def takes_images(ref: str) -> bool | None:
     and so does any image-text-to-text checkpoint with its processor (Qwen2-VL, InternVL, LLaVA, ...:
     :func:`corl_bench.models.hf_vlm.is_processor_vlm`); a model entry or any other folder loads as a text model. None
     for a hub id that is not cached yet."""
-    k = kind(ref)
-    if k == "entry":
+    if kind(ref) == "entry":
         return False
-    folder = Path(ref) if k == "folder" else hub_snapshot(ref) if k == "hub" else None
+    folder = _local_folder(ref)
     if folder is None:
         return None
     return (folder / CODEC_FILE).is_file() or is_processor_vlm(folder)
@@ -102,9 +101,14 @@ def takes_images(ref: str) -> bool | None:
 def has_own_codec(ref: str) -> bool:
     """Whether a reference is a vision-language checkpoint written by corl-bench with its own image codec
     (``corl_vision_codec.json``): transformers loads it through corl-bench only, vLLM not at all."""
-    k = kind(ref)
-    folder = Path(ref) if k == "folder" else hub_snapshot(ref) if k == "hub" else None
+    folder = _local_folder(ref)
     return folder is not None and (folder / CODEC_FILE).is_file()
+
+
+def _local_folder(ref: str) -> Path | None:
+    """The folder a folder reference names, or a cached hub id's snapshot; None otherwise (entries, uncached ids)."""
+    k = kind(ref)
+    return Path(ref) if k == "folder" else hub_snapshot(ref) if k == "hub" else None
 
 
 def _finish(model: Any, tok: Any) -> tuple[Any, Any]:

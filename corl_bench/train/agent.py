@@ -179,6 +179,8 @@ class Agent:
                                            weight_decay=grpo_cfg.weight_decay)
         self._pending: PolicyForward | None = None
         self._micro: list[MicroBatch] = []  # scored micro-batches (memory.micro_batch > 0): tensors, no graph
+        self._gap_base: float | None = None  # the first update's engine-vs-trainer log-prob gap (_watch_gap)
+        self._gap_warned = False
         self._splits: dict[int, memops.SplitLM] = {}
 
     # ------------------------------------------------------------------ rollouts
@@ -475,7 +477,7 @@ class Agent:
         denom = grpo.aggregate_denominator(counts, self.cfg.loss_agg, width, max_len)
         tok_denom = grpo.aggregate_denominator(counts, "token-mean", width)
         totals = torch.zeros(4, dtype=torch.float64)  # loss, pg_loss, kl, clip_fraction
-        gap_sum, gap_n, gap_max = 0.0, 0, 0.0  # |trainer - engine| log-probs of the sampled tokens
+        gaps = []  # |trainer - engine| log-probs of the sampled tokens, per micro-batch
         self.optimizer.zero_grad(set_to_none=True)
         start = 0
         for b, mask in zip(batches, masks):
@@ -494,11 +496,7 @@ class Agent:
                 self.model.eval()
                 raise
             if b.behaviour is not None:  # the engine's log-probs of the sampled tokens vs this forward pass
-                diff = (logp.detach() - b.behaviour).abs()[mask.bool()]
-                if diff.numel():
-                    gap_sum += float(diff.double().sum())
-                    gap_n += diff.numel()
-                    gap_max = max(gap_max, float(diff.max()))
+                gaps.append((logp.detach() - b.behaviour).abs()[mask.bool()].double())
             out.loss.backward()
             totals += torch.tensor([float(out.loss.detach()), float(out.pg_loss), float(out.kl),
                                     float(out.clip_fraction)], dtype=torch.float64)
@@ -508,21 +506,24 @@ class Agent:
         n_tok = counts.to(entropy.dtype)
         mean_entropy = float((entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
         loss, pg_loss, kl, clip = totals.tolist()
-        if gap_n:
-            self._watch_gap(gap_sum / gap_n)
+        gap = torch.cat(gaps) if gaps else torch.empty(0)
+        gap_mean, gap_max = (float(gap.mean()), float(gap.max())) if gap.numel() else (None, None)
+        if gap_mean is not None:
+            self._watch_gap(gap_mean)
         return UpdateStats(loss=loss, pg_loss=pg_loss, kl=kl, clip_fraction=clip, grad_norm=float(grad_norm),
-                           entropy=mean_entropy, n_tokens=int(counts.sum()),
-                           logp_gap_mean=gap_sum / gap_n if gap_n else None, logp_gap_max=gap_max if gap_n else None)
+                           entropy=mean_entropy, n_tokens=int(counts.sum()), logp_gap_mean=gap_mean,
+                           logp_gap_max=gap_max)
 
     def _watch_gap(self, mean_gap: float) -> None:
         """Warn once when the engine-vs-trainer log-prob gap jumps to 10x its first value (and past 1e-3 nats): the
         engine samples from weights the trainer no longer has (a failed or partial sync, a stale wake)."""
-        base = self.__dict__.setdefault("_gap_base", mean_gap)
-        if mean_gap > max(10 * base, 1e-3) and not self.__dict__.get("_gap_warned"):
+        if self._gap_base is None:
+            self._gap_base = mean_gap
+        if mean_gap > max(10 * self._gap_base, 1e-3) and not self._gap_warned:
             self._gap_warned = True
             log.warning("agent %s: the rollout engine's log-probs differ from the training forward by %.3g nats per "
                         "token (first step: %.3g): its weights look stale; check the weight sync (engine/logp_gap_*)",
-                        self.name, mean_gap, base)
+                        self.name, mean_gap, self._gap_base)
 
     def update(self, advantages: Sequence[float] | torch.Tensor, max_len: int | None = None) -> UpdateStats:
         """One GRPO update on everything scored since the last update, one advantage per scored sample."""
