@@ -14,8 +14,9 @@ The hidden ground truth is used *here*, for monitoring only — never by a label
     policy/entropy, policy/kl, policy/grad_norm, policy/clip_fraction, loss
     len/mean, len/clipped_ratio   completion length in tokens; share that hit the token cap
     engine/logp_gap_mean, engine/logp_gap_max   |training forward - rollout engine| log-prob of the sampled tokens
-                             (mean, max): ≤ 1.5e-7 / ≤ 1.2e-4 in fp32 over the default run when the engine holds the trainer's weights; stale weights
-                             after a sync show at once (absent where the engine returns no log-probs)
+                             (mean, max): <= 1.5e-7 / 1.2e-4 in fp32 over the default run while the engine holds
+                             the trainer's weights; stale weights after a sync show at once (absent where the engine
+                             returns no log-probs)
 """
 
 from __future__ import annotations
