@@ -415,6 +415,7 @@ class MonitorConfig:
 
 
 RUN_BACKENDS = ("local", "ray")
+PLACEMENTS = ("auto", "disjoint", "timeshare")
 TRACKERS = ("wandb", "tensorboard")
 
 
@@ -449,6 +450,11 @@ class RunConfig:
     """``run.backend=ray``: GPUs per agent actor (a cohort agent's ``gpus`` overrides it); the paper: 4"""
     cpus_per_agent: float = 1.0
     """``run.backend=ray``: CPUs per agent actor (a cohort agent's ``cpus`` overrides it); also its torch threads"""
+    placement: str = "auto"
+    """how the agents and their rollout engines share GPUs (:mod:`corl_bench.train.placement`): ``disjoint`` (each
+    agent's actor its own ``gpus``), ``timeshare`` (the agents share their GPUs: each actor reserves its share, and a
+    ``vllm`` engine sleeps while its agent trains and wakes with the new weights), ``auto`` (disjoint where the
+    cluster has a GPU for every agent's reservation, else timeshare; disjoint on the local backend)"""
     trackers: tuple[str, ...] = ()
     """experiment trackers that mirror metrics.jsonl (which stays the source of truth): ``wandb``,
     ``tensorboard``; off by default"""
@@ -466,6 +472,8 @@ class RunConfig:
                f"{self.backend!r}); set run.backend=local (one process) or run.backend=ray (one actor per agent)")
         _check(self.gpus_per_agent >= 0 and self.cpus_per_agent > 0, f"run.gpus_per_agent must be >= 0 and "
                f"run.cpus_per_agent > 0 (got {self.gpus_per_agent}, {self.cpus_per_agent}); e.g. run.cpus_per_agent=1")
+        _check(self.placement in PLACEMENTS, f"run.placement must be one of {', '.join(PLACEMENTS)} (got "
+               f"{self.placement!r}); e.g. run.placement=timeshare (agents share a GPU) or run.placement=auto")
         bad = [t for t in self.trackers if t not in TRACKERS]
         _check(not bad, f"run.trackers: unknown tracker {bad[0]!r} (known: {', '.join(TRACKERS)}); e.g. "
                "run.trackers=[tensorboard]" if bad else "")

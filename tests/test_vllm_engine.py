@@ -219,6 +219,34 @@ def test_lora_model_syncs_merged_weights(agent):
         engine.close()
 
 
+@needs_vllm
+def test_timeshare_engine_sleeps_while_training_and_wakes_with_the_new_weights(env):
+    """``run.placement=timeshare`` (``sleep_level`` 1): the engine sleeps through the update, the sync wakes it with
+    the new weights; the next update's engine-vs-trainer log-prob gap is the trainer's (< TOL). On a CPU vLLM's
+    sleep pauses its scheduler (no memory is freed): generating while asleep would never return."""
+    from corl_bench.train.agent import Agent, TrainSample
+
+    model, tok = _tiny(seed=1)
+    agent = Agent(AgentSpec(name="ts", family="qwen2-bpe"), model, tok, GRPOConfig(lr=3e-2), backend="vllm",
+                  temperature=T, engine_options={"sleep_level": 1, "max_batch": 16})
+    engine = agent.engines["policy"]
+    try:
+        params = SamplingParams(n=4, temperature=T, max_new_tokens=10, seed=11)
+        gaps = []
+        for step in range(2):
+            comps = agent.generate(PROMPTS, params)
+            agent.score([TrainSample(Request(text=p), c) for p, g in zip(PROMPTS, comps) for c in g])
+            stats = agent.update([1.0, -1.0, 0.5, -0.5] * len(PROMPTS))
+            gaps.append(stats.logp_gap_max)
+            assert not engine.asleep
+        assert [k for k, _ in engine.sleep_seconds] == ["sleep", "wake"] * 2
+        assert max(gaps) < TOL  # the second step sampled from the weights the first update synced after its wake
+        after = agent.generate(PROMPTS, params)
+        assert max_gap(agent, after, T) < TOL
+    finally:
+        engine.close()
+
+
 # ------------------------------------------------------------------------------------------------ images
 def _vlm_problem() -> str | None:
     """Why vLLM cannot run a Qwen2.5-VL here (None where it can)."""

@@ -113,16 +113,21 @@ class VLLMEngine:
     (CUDA only; 0.3 leaves room for the trainer in the same process); ``dtype`` (default: the model's);
     ``max_model_len`` (default: the model config's); ``kv_cache_gb`` (default on a CPU: 2, or
     ``VLLM_CPU_KVCACHE_SPACE``); ``seed`` (the engine's own); ``verify_tol`` (the ``auto`` probe's tolerance,
-    default 1e-3 in fp32 and 0.1 otherwise). ``sync_seconds`` lists (route, seconds) per sync.
+    default 1e-3 in fp32 and 0.1 otherwise); ``sleep_level`` (0: never sleep; 1 or 2: :meth:`sleep` frees the GPU
+    while the agent trains, ``run.placement=timeshare`` sets 1). ``sync_seconds`` lists (route, seconds) per sync,
+    ``sleep_seconds`` ("sleep" | "wake", seconds) per call.
     """
 
     supports_images: ClassVar[bool] = True  # Hugging Face VLMs with their processor (see "Images" above)
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, sync: str = "auto",
                  gpu_memory_utilization: float = 0.3, dtype: str | None = None, max_model_len: int | None = None,
-                 kv_cache_gb: float | None = None, seed: int = 0, verify_tol: float | None = None) -> None:
+                 kv_cache_gb: float | None = None, seed: int = 0, verify_tol: float | None = None,
+                 sleep_level: int = 0) -> None:
         if sync not in ("auto", *ROUTES):
             raise ValueError(f"vllm engine: sync must be auto, {', '.join(ROUTES)} (got {sync!r})")
+        if sleep_level not in (0, 1, 2):
+            raise ValueError(f"vllm engine: sleep_level must be 0 (never sleep), 1 or 2 (got {sleep_level!r})")
         problem = vllm_unavailable()
         if problem:
             raise RuntimeError(problem)
@@ -141,6 +146,10 @@ class VLLMEngine:
         self.verify_tol = verify_tol if verify_tol is not None else (1e-3 if self.dtype == "float32" else 0.1)
         self.sync_seconds: list[tuple[str, float]] = []  # (route, seconds) per sync_weights call
         self._warned_top_p = False
+        self.sleep_level = sleep_level
+        self.asleep = False  # put to sleep by sleep(), woken by the next generate / score / sync_weights
+        self._stale = False  # level 2 dropped the weights: only a sync may wake the engine
+        self.sleep_seconds: list[tuple[str, float]] = []  # ("sleep" | "wake", seconds) per call
         self._cuda = torch.cuda.is_available()
         self._llm_kwargs: dict[str, Any] = dict(
             dtype=self.dtype, seed=seed, max_num_seqs=max_batch, logprobs_mode="processed_logprobs",
@@ -153,6 +162,8 @@ class VLLMEngine:
             self._llm_kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * 2**30)
         if self._cuda:
             self._llm_kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            if sleep_level:
+                self._llm_kwargs["enable_sleep_mode"] = True  # CUDA's cumem allocator; a CPU has no sleep mode
         else:
             cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
                 list(range(os.cpu_count() or 1))
@@ -199,6 +210,7 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         import vllm
 
+        self._wake()
         reqs = as_requests(prompts)
         if params.logprobs and params.top_p < 1.0 and not params.greedy and not self._warned_top_p:
             log.warning("vllm engine: with top_p < 1 the log-probs are under the renormalised nucleus (not the "
@@ -247,6 +259,7 @@ class VLLMEngine:
         """Log-probs ``log_softmax(logits)`` (T = 1) of ``token_ids[1:]`` given their prefixes, from vLLM."""
         import vllm
 
+        self._wake()
         sp = vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0)
         out = self.llm.generate([vllm.TokensPrompt(prompt_token_ids=list(token_ids))], sp, use_tqdm=False)[0]
         return [float(d[t].logprob) for d, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
@@ -254,12 +267,37 @@ class VLLMEngine:
     # ------------------------------------------------------------------ weight sync
     def sync_weights(self, model: Any) -> None:
         """Load ``model``'s current weights into the engine (route: the ``sync`` option; see the module docstring)."""
+        self._wake(syncing=True)
         t = time.perf_counter()
         if self.route is not None:
             self._sync_by(self.route, model)
         else:
             self.route = self._settle(model)
         self.sync_seconds.append((self.route, time.perf_counter() - t))
+        self._stale = False
+
+    # ------------------------------------------------------------------ sleep (run.placement=timeshare)
+    def sleep(self) -> None:
+        """Free the engine's GPU memory while its agent trains (``sleep_level`` 1: weights to host memory, KV cache
+        dropped; 2: both dropped, the next sync reloads them): vLLM's ``LLM.sleep``. No-op at ``sleep_level`` 0
+        or when asleep. The next :meth:`generate`, :meth:`score` or :meth:`sync_weights` wakes it."""
+        if not self.sleep_level or self.asleep or self.llm is None:
+            return
+        t = time.perf_counter()
+        self.llm.sleep(level=self.sleep_level)
+        self.asleep, self._stale = True, self.sleep_level == 2
+        self.sleep_seconds.append(("sleep", time.perf_counter() - t))
+
+    def _wake(self, syncing: bool = False) -> None:
+        if not self.asleep:
+            return
+        if self._stale and not syncing:
+            raise RuntimeError("vllm engine: woken after a level-2 sleep without a weight sync (its weights were "
+                               "dropped): sync_weights(model) first, or set engine_options.sleep_level=1")
+        t = time.perf_counter()
+        self.llm.wake_up()
+        self.asleep = False
+        self.sleep_seconds.append(("wake", time.perf_counter() - t))
 
     def _settle(self, model: Any) -> str:
         """``auto``: the first route whose result matches a trainer forward pass on the probe."""

@@ -25,6 +25,7 @@ import logging
 import os
 from typing import Any, Sequence
 
+from corl_bench.train import placement
 from corl_bench.train.boundary import BOUNDARY
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class AgentHost:
     """What runs inside one actor: builds the agent (profile, model, optimizer, engines) and serves its calls."""
 
     def __init__(self, cfg: Any, spec: Any, auxiliary: Sequence[Any], threads: int,
-                 families: dict[str, Any] | None = None) -> None:
+                 families: dict[str, Any] | None = None, engine_options: dict[str, Any] | None = None) -> None:
         import torch
 
         from corl_bench.registries import PROFILES
@@ -99,7 +100,8 @@ class AgentHost:
             device = "cuda"  # Ray shows the actor only its own GPUs: cuda:N of the cohort names a host device
         model, tok = profile.load(spec.family, device)
         self.agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                           engine_options=dict(cfg.rollout.engine_options), memory=cfg.memory,
+                           engine_options=dict(cfg.rollout.engine_options if engine_options is None else engine_options),
+                           memory=cfg.memory,
                            temperature=cfg.rollout.temperature, auxiliary=auxiliary,
                            freeze_vision=cfg.model.freeze_vision)
 
@@ -167,14 +169,16 @@ def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[RayAgent]:
     env = forwarded_env()
     remote = ray.remote(AgentHost)
     families = runtime_families(s.family for s in cfg.cohort.agents)
+    place = placement.resolve(cfg, float(ray.cluster_resources().get("GPU", 0.0)))
+    options = placement.engine_options(cfg, place)
+    log.info("ray: placement %s", place.describe())
     handles = []
-    for spec in cfg.cohort.agents:
+    for spec, gpus in zip(cfg.cohort.agents, place.gpus):
         cpus = spec.cpus if spec.cpus is not None else cfg.run.cpus_per_agent
-        gpus = spec.gpus if spec.gpus is not None else cfg.run.gpus_per_agent
         threads = cfg.model.threads or max(1, int(cpus))
         handles.append(remote.options(num_cpus=cpus, num_gpus=gpus, name=None, max_restarts=0,
                                       runtime_env={"env_vars": env}).remote(cfg, spec, tuple(auxiliary), threads,
-                                                                          families))
+                                                                          families, options))
     try:
         toks = ray.get([h.tokenizer.remote() for h in handles])
     except ray.exceptions.RayTaskError as e:

@@ -470,7 +470,11 @@ class Agent:
         its share of the whole-batch loss (``grpo.grpo_loss_partial``, normalised by the whole batch's token /
         sequence count) back-propagated, and its graph freed before the next; then one optimiser step. With one
         micro-batch this is exactly the whole-batch step (``grpo.grpo_loss`` is ``grpo_loss_partial`` with one).
+        Engines that sleep (``run.placement=timeshare``) sleep now; the weight sync after the step wakes them.
         """
+        for engine in self.engines.values():
+            if hasattr(engine, "sleep"):
+                engine.sleep()
         masks = [b.mask for b in batches]
         counts = torch.cat([m.sum(-1) for m in masks])
         width = max(m.shape[1] for m in masks)

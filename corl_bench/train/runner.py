@@ -20,6 +20,7 @@ from corl_bench.config import Config, ConfigError
 from corl_bench.profile import Profile, check_profile_class
 from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
 from corl_bench.registries import RegistryError
+from corl_bench.train import placement
 from corl_bench.train.resume import (RESUME_IGNORES, check_resumable, config_diff, find_interrupted,
                                      restore_history as _history, stored_config)
 from corl_bench.train.session import ResourceError, build_agents, default_run_id
@@ -120,6 +121,7 @@ def resolve(cfg: Config) -> Plan:
         raise ConfigError("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'; or set "
                           "run.backend=local")
     _check_devices(cfg)
+    placement.check(cfg)  # run.placement: what needs one process per agent, what cannot share a GPU
     if (cfg.memory.lora_rank or any(a.lora_rank for a in cohort.agents)) and importlib.util.find_spec("peft") is None:
         raise ConfigError("LoRA (memory.lora_rank or an agent's lora_rank) needs peft: pip install -c "
                           "constraints-cpu.txt 'peft>=0.11'; or set memory.lora_rank=0")

@@ -60,12 +60,13 @@ def default_run_id(cfg: Any) -> str:
 def build_agents(plan: Any, profile: Any) -> list[Any]:
     """The run's agents in this process, each with its model loaded on its device (the profile has prepared the
     models). Everything ``resolve`` accepted gets through here (``tests/test_validate_matrix_on_cpu.py``)."""
+    from corl_bench.train import placement
     from corl_bench.train.agent import Agent
 
     cfg = plan.config
     return [Agent(spec, *profile.load(spec.family, spec.device or cfg.model.device), cfg.grpo,
                   backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                  engine_options=dict(cfg.rollout.engine_options), temperature=cfg.rollout.temperature,
+                  engine_options=placement.engine_options(cfg), temperature=cfg.rollout.temperature,
                   auxiliary=plan.method_cls.auxiliary, memory=cfg.memory, freeze_vision=cfg.model.freeze_vision)
             for spec in cfg.cohort.agents]
 
