@@ -2,7 +2,7 @@
 
 A method is one file that subclasses :class:`Method` and registers itself; it imports from ``corl_bench`` only
 this module, which carries everything a method may use (the registry, the answer verifier's equivalence and vote,
-the request type, REINFORCE++ whitening)::
+the request type, REINFORCE++ whitening, the multi-turn debate of :mod:`corl_bench.debate`)::
 
     from corl_bench.method import METHODS, AgentRewards, Method, RewardInput, is_equivalent, plurality_vote
 
@@ -33,13 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from corl_bench.config import PAPER_ROWS, AgentSpec, ConfigError
+from corl_bench.debate import DEBATE_TEMPLATE, Debate, DebateOptions, Turn, debate_prompt, run_debate, turn_advantages
 from corl_bench.grading.verifier import Vote, has_boxed, is_equivalent, plurality_vote
 from corl_bench.registries import METHODS
 from corl_bench.rollout.base import Completion, Request, prompt_text
 
-__all__ = ["METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError", "ExtraSample",
-           "Generate", "Method", "NoOptions", "Request", "RewardInput", "SequenceStats", "Vote", "has_boxed",
-           "is_equivalent", "plurality_vote", "prompt_text", "whitened_advantages"]
+__all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError",
+           "Debate", "DebateOptions", "ExtraSample", "Generate", "Method", "NoOptions", "Request", "RewardInput",
+           "SequenceStats", "Turn", "Vote", "debate_prompt", "has_boxed", "is_equivalent", "plurality_vote",
+           "prompt_text", "run_debate", "turn_advantages", "whitened_advantages"]
 
 
 def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
@@ -90,6 +92,8 @@ class RewardInput:
     #                                                                      agent's auxiliary model (Method.auxiliary)
     prompts: dict[str, list[Request]] | None = None  # agent -> [P] the requests the rollouts answer
     generate: "Generate | None" = None  # extra generations through the rollout engine (interactive methods)
+    extract: Callable[[str], str | None] | None = None  # the run's answer extractor (rollout.extractor), for the
+    #                                                   answers of extra generations (a debate's later turns)
 
     @property
     def teacher_rollouts(self) -> dict[str, AgentRollouts] | None:

@@ -63,7 +63,7 @@ class Profile(BaseProfile):
 
 
 CELLS = {"gt-reward": 1, "ttrl": 1, "rent": 1, "intuitor": 1, "co-rewarding-ii": 1, "random-reward": 1, "corl": 2,
-         "corl-peer-majority": 3, "comas": 2, "corl-frozen-peer": 2}
+         "corl-peer-majority": 3, "comas": 2, "corl-frozen-peer": 2, "maporl": 2, "maca": 2}
 OPTIONS = {"comas": "{score_parser: fork, score_max_tokens: 4}"}
 
 

@@ -170,7 +170,8 @@ def test_row_labels_come_from_the_methods_in_paper_order() -> None:
     assert layout.ROW_LABELS == labels  # the old constant, derived (kept for one release)
     assert layout.SINGLE_AGENT_METHODS == {"gt-reward", "ttrl", "rent", "intuitor", "co-rewarding-ii",
                                            "random-reward", "mm-upt"}
-    assert layout.REFERENCE_LABELS == {"GT-Reward"} and layout.CONTROL_LABELS == {"Random reward", "Co-RL frozen peer"}
+    assert layout.REFERENCE_LABELS == {"GT-Reward", "MAPoRL-GT"}  # the methods that use labels
+    assert layout.CONTROL_LABELS == {"Random reward", "Co-RL frozen peer"}
 
 
 def test_blocks_rows_in_paper_order_with_per_agent_and_tagged_rows(world_table: PaperTable) -> None:

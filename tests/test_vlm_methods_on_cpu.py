@@ -1,7 +1,7 @@
 """Every label-free method (and GT-Reward) trains vision-language agents through the unchanged core: one short run
 per method on tiny warm-started VLMs of both micro visual families, through ``corl-bench``'s own runner (profile
 ``micro-visual``), checking that each agent was rewarded, updated and evaluated on the visual suite (and that CoMAS's
-critiques and scores were asked with the problem's image)."""
+critiques and scores, and MAPoRL's debate turns, were asked with the problem's image)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ COHORTS = {
 }
 CASES = [("corl", "ring3", []), ("corl", "ring3", ["method.options={supervision: peer-majority}"]),
          ("ttrl", "one", []), ("gt-reward", "one", []), ("rent", "one", []), ("intuitor", "one", []),
-         ("co-rewarding-ii", "one", []), ("mm-upt", "pair", []), ("comas", "pair", [])]
+         ("co-rewarding-ii", "one", []), ("mm-upt", "pair", []), ("comas", "pair", []), ("maporl", "pair", [])]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def _run(cache, tmp_path, method, cohort, extra):
 
 
 def _spy_extra_generations(monkeypatch) -> list:
-    """Record every prompt an interactive method (CoMAS) sends through ``RewardInput.generate``."""
+    """Record every prompt an interactive method (CoMAS, a debate) sends through ``RewardInput.generate``."""
     from corl_bench.train.trainer import Trainer
 
     asked: list = []
@@ -90,6 +90,10 @@ def test_each_method_trains_and_evaluates_vlm_agents_on_cpu(cache, tmp_path, met
         assert {role for role, _ in asked} == {"evaluator-r0", "scorer-r0"}
         assert all(getattr(p, "images", ()) for _, p in asked)
         assert all(r["method/extra_samples"] > 0 for r in rows)
+    if method == "maporl":  # every debate turn was asked with the problem's image and trained on
+        assert {role for role, _ in asked} == {"debate-r1"} and len(asked) == STEPS * 2 * 2 * 3
+        assert all(getattr(p, "images", ()) and "\nUpdate your answer.\n" in p.text for _, p in asked)
+        assert all(r["method/extra_samples"] == 2 * 3 for r in rows)
     weights = run_dir / "checkpoints"
     assert weights.exists()
 
