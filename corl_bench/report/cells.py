@@ -101,6 +101,7 @@ class PaperTable:
     paper_blocks: tuple[ref.PaperBlock, ...] = ()  # the paper's tables to show on their own
     kind: str = TEXT
     also: tuple["PaperTable", ...] = ()  # tables of another kind from the same results, rendered after this one
+    side: tuple[ref.PaperBlock, ...] = ()  # the paper's side tables (n3, comas, ensLLM, decPool), ours beside
 
 
 def fmt_pct(value: Optional[float]) -> str:

@@ -41,6 +41,7 @@ from typing import Any, Optional, Sequence
 from corl_bench.report import kinds
 from corl_bench.report import methods as method_views
 from corl_bench.report import reference as ref
+from corl_bench.report import side
 from corl_bench.report.cells import (BASE_LABEL, MISSING, TEXT, VLM, Block, Column, PaperTable, Stat, TableRow,
                                      cell_text, fmt_pct, fmt_signed, stat_of)
 from corl_bench.report.collect import (METRIC_LABELS, AgentResult, Collected, check_metrics, collect_results,
@@ -318,13 +319,18 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
 
 
 def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",), reference: Optional[str] = None,
-          backbone: Optional[str] = None, paper_path: Optional[Path] = None) -> PaperTable:
+          backbone: Optional[str] = None, paper_path: Optional[Path] = None,
+          root: Optional[Path] = None) -> PaperTable:
     """The paper-style table of ``source`` (a results directory or what :func:`collect_results` returned).
 
     ``backbone`` implies ``reference="paper"``. Returns a :class:`PaperTable` (no blocks when nothing is usable;
     its warnings say why): text runs and vision-language runs (:func:`corl_bench.report.kinds.split`) each get a
     table; with both, the text table holds the other in ``also`` and carries every warning. ValueError (one line) on
-    an unknown metric, reference or backbone."""
+    an unknown metric, reference or backbone.
+
+    With ``reference="paper"`` the paper's side tables (:func:`corl_bench.report.side.side_blocks`: three-agent ring,
+    CoMAS, text ensemble control, error-overlap probe) follow, with our rows beside the paper's where backbones match,
+    read from the runs and ``probe.json`` files under ``root`` (default: ``source`` when it is a directory)."""
     metrics = check_metrics(metrics)
     if backbone is not None:
         reference = reference or "paper"
@@ -338,16 +344,26 @@ def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",)
         # --backbone names a paper backbone of another kind than our runs: show its blocks all the same
         tables[0] = replace(tables[0], paper_blocks=ref.blocks_of(backbone, paper_path))
     warnings = list(collected.warnings) + [w for t in tables for w in t.warnings]
+    if reference == "paper" and tables[0].blocks:
+        root = root if root is not None else (None if isinstance(source, Collected) else Path(source))
+        shown, notes, more = side.with_ours(side.side_blocks(backbone, paper_path), root, collected.results)
+        tables[0] = replace(tables[0], side=shown, notes=tables[0].notes + tuple(notes))
+        warnings += more
     return replace(tables[0], warnings=tuple(warnings), also=tuple(tables[1:]))
 
 
-def paper_table(backbone: Optional[str] = None, paper_path: Optional[Path] = None) -> PaperTable:
+def paper_table(backbone: Optional[str] = None, paper_path: Optional[Path] = None,
+                root: Optional[Path] = None) -> PaperTable:
     """The paper's tables on their own, values as printed (``corl-bench table --reference paper`` without runs):
     the main LLM table, the vision-language tables (small and large tier) and the vision-language ensemble control,
-    or every block of ``backbone``; ValueError (one line) on an unknown backbone."""
+    then its side tables (three-agent ring, CoMAS, text ensemble control, error-overlap probe, with the rows of any
+    ``probe.json`` under ``root`` beside the probe's); or every block of ``backbone``; ValueError (one line) on an
+    unknown backbone."""
     check_reference("paper", backbone, paper_path)
     if backbone is not None:
         shown = ref.blocks_of(backbone, paper_path)
     else:
         shown = ref.llm_main(paper_path) + ref.vlm_main(paper_path) + ref.ens_vlm(paper_path)
-    return PaperTable((), (), (), (), (), paper_blocks=shown)
+    extra, notes, warnings = side.with_ours(side.side_blocks(backbone, paper_path), root, ())
+    return PaperTable((), (), (), (), (), notes=tuple(notes), warnings=tuple(warnings), paper_blocks=shown,
+                      side=extra)

@@ -86,13 +86,14 @@ def main(
     if not find_runs(results_dir):
         if reference == "paper" or backbone is not None:  # the paper's tables on their own
             targets = [] if out is None else [(Path(out), fmt or "md")]
-            _show(paper_table(backbone), fmt if out is None else None, targets, console, err)
+            _show(paper_table(backbone, root=results_dir if results_dir.is_dir() else None),
+                  fmt if out is None else None, targets, console, err)
             _say(err, f"No runs found under {results_dir}; the paper's tables are shown on their own.")
             return []
         _say(console, f"No runs found under {results_dir}; start one with `corl-bench run`.")
         return []
     collected = collect_results(results_dir)
-    table = build(collected, metrics=metrics, reference=reference, backbone=backbone)
+    table = build(collected, metrics=metrics, reference=reference, backbone=backbone, root=results_dir)
     if not table.blocks:
         for warning in table.warnings:
             _say(err, f"warning: {warning}", "yellow")
