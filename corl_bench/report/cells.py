@@ -102,6 +102,7 @@ class PaperTable:
     kind: str = TEXT
     also: tuple["PaperTable", ...] = ()  # tables of another kind from the same results, rendered after this one
     side: tuple[ref.PaperBlock, ...] = ()  # the paper's side tables (n3, comas, ensLLM, decPool), ours beside
+    side_notes: tuple[tuple[str, str], ...] = ()  # (paper table key, footer line) about our rows in a side table
 
 
 def fmt_pct(value: Optional[float]) -> str:

@@ -347,7 +347,7 @@ def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",)
     if reference == "paper" and tables[0].blocks:
         root = root if root is not None else (None if isinstance(source, Collected) else Path(source))
         shown, notes, more = side.with_ours(side.side_blocks(backbone, paper_path), root, collected.results)
-        tables[0] = replace(tables[0], side=shown, notes=tables[0].notes + tuple(notes))
+        tables[0] = replace(tables[0], side=shown, side_notes=tuple(notes))
         warnings += more
     return replace(tables[0], warnings=tuple(warnings), also=tuple(tables[1:]))
 
@@ -365,5 +365,5 @@ def paper_table(backbone: Optional[str] = None, paper_path: Optional[Path] = Non
     else:
         shown = ref.llm_main(paper_path) + ref.vlm_main(paper_path) + ref.ens_vlm(paper_path)
     extra, notes, warnings = side.with_ours(side.side_blocks(backbone, paper_path), root, ())
-    return PaperTable((), (), (), (), (), notes=tuple(notes), warnings=tuple(warnings), paper_blocks=shown,
-                      side=extra)
+    return PaperTable((), (), (), (), (), warnings=tuple(warnings), paper_blocks=shown, side=extra,
+                      side_notes=tuple(notes))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import csv
 import html as html_lib
 import io
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from rich.console import Console
@@ -135,14 +135,14 @@ def _paper_tables(blocks: Sequence[PaperBlock]) -> list[list[PaperBlock]]:
     return out
 
 
-def _paper_grid(blocks: Sequence[PaperBlock]) -> Grid:
+def _paper_grid(blocks: Sequence[PaperBlock], notes: Sequence[tuple[str, str]] = ()) -> Grid:
     headers = (FIRST_HEADER.get(blocks[0].table, "Method"), *blocks[0].columns)
     sections = tuple(Section(b.title,
                              tuple(GridRow((Cell(r.label),) + tuple(Cell(v, m) for v, m in zip(r.printed, r.marks)),
                                            "paper" if r.source == "paper" else r.source) for r in b.rows))
                      for b in blocks)
     title, footer = PAPER_GRIDS.get(blocks[0].table, PAPER_GRIDS["llmMain"])
-    return Grid(title, headers, sections, footer)
+    return Grid(title, headers, sections, footer + tuple(line for key, line in notes if key == blocks[0].table))
 
 
 def _paper_only(table: PaperTable) -> bool:
@@ -152,9 +152,7 @@ def _paper_only(table: PaperTable) -> bool:
 
 def _grids(table: PaperTable) -> list[Grid]:
     grids = [] if _paper_only(table) else [_grid(table)]
-    grids += [_paper_grid(blocks) for blocks in _paper_tables(table.paper_blocks + table.side)]
-    if _paper_only(table) and table.notes and grids:  # no grid of ours to carry them
-        grids[-1] = replace(grids[-1], footer=grids[-1].footer + table.notes)
+    grids += [_paper_grid(blocks, table.side_notes) for blocks in _paper_tables(table.paper_blocks + table.side)]
     for more in table.also:
         grids += _grids(more)
     return grids
@@ -278,7 +276,7 @@ def _raw(value: Optional[float]) -> str:
     return "" if value is None else f"{100.0 * value:.4f}"
 
 
-def _paper_csv(blocks: Sequence[PaperBlock]) -> str:
+def _paper_csv(blocks: Sequence[PaperBlock], notes: Sequence[tuple[str, str]] = ()) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     datasets = any(b.dataset for b in blocks)  # vision-language blocks: one per training set
@@ -291,6 +289,7 @@ def _paper_csv(blocks: Sequence[PaperBlock]) -> str:
             writer.writerow([block.title if side else block.backbone, *([block.dataset] if datasets else []),
                              prow.label, *([prow.source] if side else []), *prow.printed, marks])
     footer = PAPER_GRIDS.get(blocks[0].table, PAPER_GRIDS["llmMain"])[1]
+    footer += tuple(line for key, line in notes if key == blocks[0].table)
     return buf.getvalue() + "".join(f"# {line}\n" for line in footer)
 
 
@@ -299,7 +298,8 @@ def to_csv(table: PaperTable) -> str:
     Δ and a ``marks`` column ("header=b; ..."); then the footer as ``#`` lines (read with ``comment="#"``); then each
     paper table shown on its own and each table in ``table.also``, after a blank line."""
     if _paper_only(table):
-        return "\n".join(_paper_csv(blocks) for blocks in _paper_tables(table.paper_blocks + table.side))
+        return "\n".join(_paper_csv(blocks, table.side_notes)
+                         for blocks in _paper_tables(table.paper_blocks + table.side))
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     cols = table.columns
@@ -319,7 +319,7 @@ def to_csv(table: PaperTable) -> str:
                              "" if row.delta is None else f"{100.0 * row.delta:.4f}", marks])
     text = buf.getvalue() + "".join(f"# {line}\n" for line in table.notes + table.footer)
     for blocks in _paper_tables(table.paper_blocks + table.side):
-        text += "\n" + _paper_csv(blocks)
+        text += "\n" + _paper_csv(blocks, table.side_notes)
     for more in table.also:
         text += "\n" + to_csv(more)
     return text

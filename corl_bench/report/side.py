@@ -253,10 +253,10 @@ def _dec_row(label: str, level: str, pair: Mapping[str, Any]) -> PaperRow:
 
 
 def with_ours(blocks: Sequence[PaperBlock], root: Optional[Path], results: Sequence[Any]
-              ) -> tuple[tuple[PaperBlock, ...], list[str], list[str]]:
+              ) -> tuple[tuple[PaperBlock, ...], list[tuple[str, str]], list[str]]:
     """``blocks`` with our ensemble-control and probe rows beside the paper's (see the module docstring), the notes
-    that say where they come from, and warnings."""
-    notes: list[str] = []
+    that say where they come from as (paper table key, line), and warnings."""
+    notes: list[tuple[str, str]] = []
     warnings: list[str] = []
     if root is None or not root.is_dir():
         return tuple(blocks), notes, warnings
@@ -265,9 +265,9 @@ def with_ours(blocks: Sequence[PaperBlock], root: Optional[Path], results: Seque
         ours, used = _ensemble_rows(root, results, warnings)
         if ours:
             out = [_insert(b, ours) if b.table == "ensLLM" else b for b in out]
-            notes.append(f"Ensemble control: rows marked (ours) are {len(used)} run(s) under {root} "
+            notes.append(("ensLLM", f"Rows marked (ours) are {len(used)} run(s) under {root} "
                          f"({', '.join(used[:3])}{' ...' if len(used) > 3 else ''}): maj@8 of each model's own first "
-                         "8 samples, and of 4 + 4 pooled (the Qwen agent's first), mean ± sd over seeds, percent.")
+                         "8 samples, and of 4 + 4 pooled (the Qwen agent's first), mean ± sd over seeds, percent."))
     if any(b.table == "decPool" for b in out):
         found, files = _probe_rows(root, warnings)
         matched = 0
@@ -285,7 +285,7 @@ def with_ours(blocks: Sequence[PaperBlock], root: Optional[Path], results: Seque
             new.append(_insert(b, ours))
         out = new
         if files:
-            notes.append(f"Error-overlap probe: {len(files)} probe.json file(s) under {root}; {matched} pair(s) "
+            notes.append(("decPool", f"{len(files)} probe.json file(s) under {root}; {matched} pair(s) "
                          "match a pair the paper probed and are shown beside it (ours), the rest have no paper "
-                         "backbone (see their probe.md).")
+                         "backbone (see their probe.md)."))
     return tuple(out), notes, warnings
