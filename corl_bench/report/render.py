@@ -117,7 +117,7 @@ def _grid(table: PaperTable) -> Grid:
         for row in block.rows:
             marks = row.marks or ("",) * len(table.columns)
             cells = [Cell(row.label), Cell("" if row.kind == "paper" else str(len(row.seeds)))]
-            cells += [Cell(cell_text(stat), mark) for stat, mark in zip(row.cells, marks)]
+            cells += [Cell(cell_text(stat, table.show_se), mark) for stat, mark in zip(row.cells, marks)]
             cells.append(Cell(fmt_signed(row.delta), marks[-1]))
             rows.append(GridRow(tuple(cells), row.kind))
         sections.append(Section(block.title, tuple(rows)))
@@ -294,7 +294,9 @@ def _paper_csv(blocks: Sequence[PaperBlock], notes: Sequence[tuple[str, str]] = 
 
 
 def to_csv(table: PaperTable) -> str:
-    """One row per (block, row): labels, n, seeds, runs, then mean and sd (percent, 4 decimals) per column, Avg,
+    """One row per (block, row): labels, n, seeds, runs, then mean, sd over seeds, the evaluation's standard error
+    (``se``: sd over problems / sqrt(problems), mean over seeds) and, per benchmark column, the share cut at the token
+    cap (``clipped``) (percent, 4 decimals) per column, Avg,
     Δ and a ``marks`` column ("header=b; ..."); then the footer as ``#`` lines (read with ``comment="#"``); then each
     paper table shown on its own and each table in ``table.also``, after a blank line."""
     if _paper_only(table):
@@ -305,13 +307,15 @@ def to_csv(table: PaperTable) -> str:
     cols = table.columns
     header = ["block", "backbone", "row", "kind", "method", "cohorts", "tag", "agent", "n", "seeds", "runs"]
     for col in cols[:-1]:
-        header += [col.header, f"{col.header} sd"]
+        header += [col.header, f"{col.header} sd", f"{col.header} se"]
+        header += [f"{col.header} clipped"] if col.kind == "value" else []
     writer.writerow(header + [cols[-1].header, "marks"])
     for block in table.blocks:
         for row in block.rows:
             cells: list[str] = []
-            for stat in row.cells:
-                cells += [_raw(stat.mean), _raw(stat.sd)]
+            for col, stat in zip(cols, row.cells):
+                cells += [_raw(stat.mean), _raw(stat.sd), _raw(stat.se)]
+                cells += [_raw(stat.clipped)] if col.kind == "value" else []
             marks = "; ".join(f"{c.header}={m}" for c, m in zip(cols, row.marks) if m)
             writer.writerow([block.name, block.backbone or "", row.label, row.kind, row.method,
                              " ".join(row.cohorts), row.tag, row.agent, "" if row.kind == "paper" else len(row.seeds),
