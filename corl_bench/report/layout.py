@@ -338,7 +338,8 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
                   key=lambda k: (first_index[k[0]], k[0], paper_sets.index(k[1])))
     blocks = [_block(f, [g for g in groups if (g.family, g.dataset) == (f, d)], columns, benchmarks, warnings, d)
               for f, d in keys]
-    footer = make_footer(metrics, benchmarks, blocks, collected.runs, warnings) if blocks else []
+    ks = {b: {r.final[b].k for r in results if b in r.final and r.final[b].k} for b in benchmarks}
+    footer = make_footer(metrics, benchmarks, blocks, collected.runs, warnings, ks) if blocks else []
     empty = kinds.empty_columns_line(benchmarks, shown)
     if empty and footer:
         at = next((i + 1 for i, line in enumerate(footer) if line.startswith("Benchmarks: ")), len(footer))
@@ -374,7 +375,7 @@ def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",)
     table; with both, the text table holds the other in ``also`` and carries every warning. ValueError (one line) on
     an unknown metric, reference or backbone.
 
-    With ``reference="paper"`` the paper's side tables (:func:`corl_bench.report.side.side_blocks`: three-agent ring,
+    With ``reference="paper"`` and text runs, the paper's side tables (:func:`corl_bench.report.side.side_blocks`: three-agent ring,
     CoMAS, text ensemble control, error-overlap probe) follow, with our rows beside the paper's where backbones match,
     read from the runs and ``probe.json`` files under ``root`` (default: ``source`` when it is a directory).
     ``se``: text formats print each cell's evaluation standard error (the CSV always has it)."""
@@ -391,7 +392,7 @@ def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",)
         # --backbone names a paper backbone of another kind than our runs: show its blocks all the same
         tables[0] = replace(tables[0], paper_blocks=ref.blocks_of(backbone, paper_path))
     warnings = list(collected.warnings) + [w for t in tables for w in t.warnings]
-    if reference == "paper" and tables[0].blocks:
+    if reference == "paper" and tables[0].blocks and tables[0].kind == TEXT:  # the side tables are text tables
         root = root if root is not None else (None if isinstance(source, Collected) else Path(source))
         shown, notes, more = side.with_ours(side.side_blocks(backbone, paper_path), root, collected.results)
         tables[0] = replace(tables[0], side=shown, side_notes=tuple(notes))
