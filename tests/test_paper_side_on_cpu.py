@@ -47,10 +47,11 @@ def _write(path: Path, bench: str, samples: Sequence[Sequence[Optional[bool]]]) 
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
-def _run(root: Path, run_id: str, method: str, seed: int, llama: list, tag: str = "") -> Path:
+def _run(root: Path, run_id: str, method: str, seed: int, llama: list, tag: str = "",
+         cohort: str = "cross-family") -> Path:
     run_dir = root / "runs" / run_id
     agents = {"a0-qwen": (QWEN, QWEN_SAMPLES), "a1-llama": (LLAMA, llama)}
-    meta = {"run_id": run_id, "method": method, "cohort": "cross-family", "profile": "hf", "seed": seed, "tag": tag,
+    meta = {"run_id": run_id, "method": method, "cohort": cohort, "profile": "hf", "seed": seed, "tag": tag,
             "status": "finished", "steps": 10, "phases": ["final"],
             "agents": [{"name": n, "family": f, "view": "original"} for n, (f, _) in agents.items()]}
     run_dir.mkdir(parents=True)
@@ -68,6 +69,8 @@ def pair_runs(tmp_path: Path) -> Path:
     _run(root, "ttrl-cross-family-s1", "ttrl", 1, LLAMA_SAMPLES)
     _run(root, "corl-cross-family-s0", "corl", 0, LLAMA_RIGHT)
     _run(root, "ttrl-cross-family-budget-matched-s0", "ttrl", 0, LLAMA_RIGHT, tag="budget-matched")  # tagged: out
+    # Co-RL (cross-family+) is not the paper's ensemble pair: out
+    _run(root, "corl-cross-family-rephrased-s1", "corl", 1, LLAMA_SAMPLES, cohort="cross-family-rephrased")
     return root
 
 

@@ -11,7 +11,7 @@ Public API (no torch):
 * :func:`with_ours` ``(blocks, root, results) -> (blocks, notes, warnings)`` - our rows (label suffix " (ours)",
   :attr:`PaperRow.source` "ours") inserted after the paper's row they stand beside:
 
-  - ``ensLLM``: every untagged two-agent TTRL or Co-RL run under ``root`` whose agents are Qwen2.5-3B and
+  - ``ensLLM``: every untagged two-agent run under ``root`` labelled TTRL or Co-RL (cross-family) whose agents are Qwen2.5-3B and
     Llama-3.2-3B-Instruct (:data:`corl_bench.report.reference.BACKBONES`), on gsm8k / math500 / amc83:
     :func:`corl_bench.report.controls.ensemble_majority` with 4 + 4 samples (maj@8; the Qwen agent's samples first in
     the pool), each model's own maj@8, mean ± sd over seeds. Needs 8 sampled completions per problem.
@@ -35,6 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from corl_bench.report import methods as method_views
 from corl_bench.report import reference as ref
 from corl_bench.report.reference import PaperBlock, PaperRow
 
@@ -45,8 +46,9 @@ __all__ = ["DEC_NAMES", "ENS_BENCHMARKS", "comas", "dec_pool", "ens_llm", "side_
 #: Our benchmark -> the ensemble control's column (the order the website's protocol text gives; unverified).
 ENS_BENCHMARKS: dict[str, str] = {"gsm8k": "GSM8K", "math500": "MATH500", "amc83": "AMC"}
 ENS_COLUMNS: tuple[str, ...] = (*ENS_BENCHMARKS.values(), "Avg")
-#: Our method -> the ensemble control's row prefix.
-ENS_METHODS: dict[str, str] = {"ttrl": "TTRL", "corl": "Co-RL"}
+#: Our row label (as the main table labels the run) -> the ensemble control's row prefix: the paper's Co-RL pair is
+#: its different-family one (not same-family, not different-family+).
+ENS_LABELS: dict[str, str] = {"TTRL": "TTRL", "Co-RL (cross-family)": "Co-RL"}
 #: Paper backbone -> how the ensemble control names it (the pair is Qwen2.5-3B x Llama-3.2-3B-Instruct).
 ENS_NAMES: dict[str, str] = {"Qwen2.5-3B": "Qwen2.5-3B", "Llama-3.2-3B-Instruct": "Llama-3.2-3B"}
 #: Paper backbone -> how the error-overlap probe names it.
@@ -147,7 +149,10 @@ def _ensemble_rows(root: Path, results: Sequence[Any], warnings: list[str]) -> t
     used: list[str] = []
     for rel, agents in runs.items():
         first = agents[0]
-        if first.method not in ENS_METHODS or first.tag or len(agents) != 2:
+        if first.tag or len(agents) != 2:
+            continue
+        prefix = ENS_LABELS.get(method_views.describe(first.method).row(first.cohort, first.paper_row)[1])
+        if prefix is None:
             continue
         names = {ENS_NAMES.get(ref.backbone_for(a.family) or ""): a for a in agents}
         if set(names) != set(ENS_NAMES.values()):
@@ -172,7 +177,6 @@ def _ensemble_rows(root: Path, results: Sequence[Any], warnings: list[str]) -> t
         if not seed_values["ensemble"]:
             continue
         used.append(rel)
-        prefix = ENS_METHODS[first.method]
         for who, values in seed_values.items():
             per_setting.setdefault(f"{prefix} ({who})", []).append(values)
     out: dict[str, list[PaperRow]] = {}
