@@ -255,14 +255,16 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
                                                   "ours (or its table on its own where nothing overlaps)"),
           backbone: Optional[str] = typer.Option(None, "--backbone", help="paper backbone to show on its own, "
                                                  "e.g. Qwen2.5-3B (implies --reference paper)"),
-          out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where table.md/table.csv go (default: results dir)")) -> None:
+          out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where table.md/table.csv go (default: results dir)"),
+          se: bool = typer.Option(False, "--se", help="show each cell's evaluation standard error (sd over problems "
+                                  "/ sqrt(problems)) after mean ± sd; the CSV always has it")) -> None:
     """Paper-style results of every run under results/, recomputed from stored predictions."""
     from corl_bench.report import table as table_mod
 
     chosen = tuple(m.strip() for m in metrics.split(",") if m.strip())
     try:
         table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, fmt=fmt, out=out, reference=reference,
-                       backbone=backbone, console=Console(), err_console=console)
+                       backbone=backbone, console=Console(), err_console=console, se=se)
     except ValueError as e:
         _fail(str(e))
 

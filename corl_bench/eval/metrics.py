@@ -9,6 +9,8 @@ Definitions (``k`` = sampled completions per problem):
   first; samples without an answer do not vote) graded against the gold answer; averaged.
 * **pass@k** - the unbiased Codex estimator ``1 - C(n-c, k) / C(n, k)`` from ``n`` samples of which
   ``c`` are correct, evaluated in the numerically stable product form.
+* **standard error** (per metric, :meth:`BenchmarkScores.standard_errors`) - the evaluation's: sample sd of the
+  per-problem scores over sqrt(problems), the sampling error of the benchmark mean (not the spread over seeds).
 
 :func:`score_predictions` regrades every predictions row from its ``completion`` and ``gold`` with
 :func:`corl_bench.grading.verifier.grade`; the stored ``extracted`` / ``correct`` fields are never trusted,
@@ -29,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "METRICS", "BenchmarkScores", "avg_at_k", "bootstrap_ci", "maj_at_k", "pass_at_k",
-    "score_predictions",
+    "score_predictions", "standard_error",
 ]
 
 #: Every metric name :class:`BenchmarkScores` reports (the keys of :meth:`BenchmarkScores.metrics`).
@@ -133,15 +135,35 @@ class BenchmarkScores:
     """share of all rows (greedy + sampled) with no extracted answer"""
     clipped: float
     """share of all rows with ``finished == False`` (the completion hit the token cap)"""
+    greedy_se: float | None = None
+    """the evaluation's standard error of ``greedy``: sample sd over problems / sqrt(problems) (None below two)"""
+    avg_k_se: float | None = None
+    """the same for ``avg_k`` (over the problems' avg@k values)"""
+    maj_k_se: float | None = None
+    pass_k_se: float | None = None
 
     def metrics(self) -> dict[str, float | None]:
         """The metric values keyed by the names in :data:`METRICS`."""
         data = asdict(self)
         return {name: data[name] for name in METRICS}
 
+    def standard_errors(self) -> dict[str, float | None]:
+        """metric -> the evaluation's standard error over problems (greedy, avg_k, maj_k, pass_k; None where the
+        metric has fewer than two problems)."""
+        return {"greedy": self.greedy_se, "avg_k": self.avg_k_se, "maj_k": self.maj_k_se, "pass_k": self.pass_k_se}
+
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    """Sample sd (n - 1) of per-problem scores over sqrt(n): the evaluation's standard error of their mean (as
+    lm-eval's ``stderr``); None with fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    return float(np.std(np.asarray(values, dtype=np.float64), ddof=1) / np.sqrt(n))
 
 
 RowGrader = Callable[[Mapping[str, Any]], "tuple[Optional[str], bool]"]
@@ -211,4 +233,8 @@ def score_predictions(rows: Iterable[Mapping[str, Any]], grade_row: RowGrader | 
         k=min(ks) if ks else 0,
         extraction_failure=n_failed / n_rows if n_rows else 0.0,
         clipped=n_clipped / n_rows if n_rows else 0.0,
+        greedy_se=standard_error(greedy_scores),
+        avg_k_se=standard_error(avg_scores),
+        maj_k_se=standard_error(maj_scores),
+        pass_k_se=standard_error(pass_scores),
     )

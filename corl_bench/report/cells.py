@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from corl_bench.report import reference as ref
 
 __all__ = ["BASE_LABEL", "MISSING", "TEXT", "VLM", "Block", "Column", "PaperTable", "Stat", "TableRow", "cell_text",
-           "fmt_pct", "fmt_signed", "stat_of"]
+           "fmt_pct", "fmt_signed", "mean_of", "stat_of"]
 
 BASE_LABEL = "Base"
 MISSING = "–"
@@ -25,11 +25,15 @@ VLM = "vlm"  # a table in the layout of the paper's vision-language tables
 
 @dataclass(frozen=True)
 class Stat:
-    """Mean and sample sd (None with fewer than two values) over ``n`` seeds; fractions in [0, 1]."""
+    """Mean and sample sd (None with fewer than two values) over ``n`` seeds; fractions in [0, 1]. ``se``: the
+    evaluation's standard error (sd over problems / sqrt(problems)) averaged over the seeds; ``clipped``: the share
+    of the cell's completions cut at the token cap, averaged over the seeds (None where not known)."""
 
     mean: Optional[float] = None
     sd: Optional[float] = None
     n: int = 0
+    se: Optional[float] = None
+    clipped: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,9 @@ class PaperTable:
     paper_blocks: tuple[ref.PaperBlock, ...] = ()  # the paper's tables to show on their own
     kind: str = TEXT
     also: tuple["PaperTable", ...] = ()  # tables of another kind from the same results, rendered after this one
+    side: tuple[ref.PaperBlock, ...] = ()  # the paper's side tables (n3, comas, ensLLM, decPool), ours beside
+    side_notes: tuple[tuple[str, str], ...] = ()  # (paper table key, footer line) about our rows in a side table
+    show_se: bool = False  # text formats print each cell's evaluation standard error ("62.3 ± 1.2 [se 0.8]")
 
 
 def fmt_pct(value: Optional[float]) -> str:
@@ -113,11 +120,19 @@ def fmt_signed(value: Optional[float]) -> str:
     return MISSING if value is None else f"{100.0 * value:+.1f}"
 
 
-def cell_text(stat: Stat) -> str:
-    """"mean ± sd" with one decimal (just the mean with fewer than two seeds); "–" when missing."""
+def cell_text(stat: Stat, se: bool = False) -> str:
+    """"mean ± sd" with one decimal (just the mean with fewer than two seeds); "–" when missing; with ``se``, the
+    evaluation's standard error after it ("62.3 ± 1.2 [se 0.8]") where known."""
     if stat.mean is None:
         return MISSING
-    return fmt_pct(stat.mean) + (f" ± {fmt_pct(stat.sd)}" if stat.sd is not None else "")
+    text = fmt_pct(stat.mean) + (f" ± {fmt_pct(stat.sd)}" if stat.sd is not None else "")
+    return text + (f" [se {fmt_pct(stat.se)}]" if se and stat.se is not None else "")
+
+
+def mean_of(values: Sequence[Optional[float]]) -> Optional[float]:
+    """The mean of the values that are not None (None when there are none)."""
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 def stat_of(values: Sequence[Optional[float]]) -> Stat:

@@ -149,6 +149,8 @@ class RunProtocol:
     versions: tuple[tuple[str, str], ...]  # (benchmark, benchmark_version) pairs seen in its predictions
     selection: Optional[tuple[str, str]] = None  # (eval.select rule, its benchmark) when a phase was selected
     run_id: str = ""  # run.json "run_id", else the directory name
+    engine: Optional[str] = None  # config.yaml rollout.backend (the engine that generated its evaluations); None: unknown
+    packages: tuple[tuple[str, str], ...] = ()  # env.json "packages": (name, version); () when unrecorded
 
     @property
     def stopped_after(self) -> Optional[int]:
@@ -292,7 +294,21 @@ def _protocol(run: RunDir, rel: str, record: RunRecord, versions: dict[str, set[
         steps = run_cfg.get("steps") if isinstance(run_cfg, Mapping) else None
         steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
     seen = tuple((b, v) for b in sorted(versions) for v in sorted(versions[b]))
-    return RunProtocol(record, rel, steps, decoding, seen, run_id=record.run_id or run.name)
+    rollout = cfg.get("rollout") if cfg else None
+    engine = rollout.get("backend", "hf") if isinstance(rollout, Mapping) else None  # hf: RolloutConfig's default
+    return RunProtocol(record, rel, steps, decoding, seen, run_id=record.run_id or run.name,
+                       engine=engine if isinstance(engine, str) else None, packages=_packages(run))
+
+
+def _packages(run: RunDir) -> tuple[tuple[str, str], ...]:
+    """env.json's package versions, sorted; () when the file is missing or unreadable."""
+    try:
+        packages = run.env().get("packages")
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ()
+    if not isinstance(packages, Mapping):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in packages.items() if v is not None))
 
 
 def selected_phases(record: RunRecord) -> tuple[Optional[tuple[str, str]], dict[str, str]]:

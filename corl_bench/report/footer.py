@@ -1,8 +1,10 @@
 """The footer of a paper-style table: the protocol its numbers were produced under, read from the runs.
 
-Public API (no torch): :func:`footer` ``(metrics, benchmarks, blocks, runs, warnings) -> list[str]`` - what the
-values are, what the marks rank, evaluation decoding, benchmark versions with extractor and grader, the checkpoint
-rule, seeds and where Base came from (settings that differ between runs are "mixed" and warned about);
+Public API (no torch): :func:`footer` ``(metrics, benchmarks, blocks, runs, warnings, ks=None) -> list[str]`` - what
+the values are, what the marks rank, evaluation decoding (k, temperature, top-p, max new tokens), benchmark versions
+with extractor and grader, prompt templates and chat-template use, the grader's package version, the engine and its
+versions (env.json), the checkpoint rule, seeds and where Base came from (settings that differ between runs are
+"mixed" and warned about; a benchmark evaluated with fewer samples than its spec asks for is warned about);
 :func:`selection_text` (how an ``eval.select`` rule is stated); :func:`spec_info` (a registered benchmark spec, a
 BenchmarkSpec; None if unregistered).
 """
@@ -124,8 +126,72 @@ def _checkpoint_lines(runs: Sequence[RunProtocol], warnings: list[str]) -> list[
     return lines
 
 
+def _versions_of(runs: Sequence[RunProtocol], names: Sequence[str]) -> str:
+    """"transformers 5.24.0, torch 2.13.0+cpu" from the runs' env.json (several versions joined with "/")."""
+    parts = []
+    for name in names:
+        seen = sorted({v for r in runs for p, v in r.packages if p == name})
+        if seen:
+            parts.append(f"{name} {'/'.join(seen)}")
+    return ", ".join(parts)
+
+
+def _protocol_lines(benchmarks: Sequence[str], runs: Sequence[RunProtocol], warnings: list[str]) -> list[str]:
+    """Prompt template and chat-template use per benchmark (from its registered spec, the version the predictions
+    were made with when they agree), grader package versions and the generation engine with its versions."""
+    import json
+
+    lines = []
+    prompts: dict[tuple[str, bool, bool], list[str]] = {}
+    for bench in benchmarks:
+        spec = spec_info(bench)
+        if spec is not None:
+            prompts.setdefault((spec.prompt, bool(spec.chat_template), bool(spec.ask_as_trained)), []).append(bench)
+    if prompts:
+        lines.append("Prompts: " + "; ".join(
+            f"{', '.join(names)}: {json.dumps(prompt, ensure_ascii=False)} (chat template {'yes' if chat else 'no'}"
+            + ("; in a training run each agent is asked in its own training format, ask_as_trained" if own else "")
+            + ")" for (prompt, chat, own), names in prompts.items()) + ".")
+    graders = {spec.grader for spec in map(spec_info, benchmarks) if spec is not None}
+    if "math" in graders or any(spec_info(b) is None for b in benchmarks):
+        versions = sorted({v for r in runs for p, v in r.packages if p == "math-verify"})
+        lines.append("Grading: math answers by math-verify " + ("/".join(versions) if versions else
+                                                               "(version not recorded)") +
+                     " (the runs' env.json), regraded here from the stored completions.")
+        if len(versions) > 1:
+            warnings.append(f"runs were made with math-verify {', '.join(versions)}")
+    engines: dict[Optional[str], list[str]] = {}
+    for r in runs:
+        engines.setdefault(r.engine, []).append(r.run_id)
+    parts = []
+    for engine, ids in engines.items():
+        if engine is None:
+            parts.append(f"not recorded for {_names(ids)}")
+            continue
+        mine = [r for r in runs if r.engine == engine]
+        packs = _versions_of(mine, ("vllm", "torch") if engine.startswith("vllm") else ("transformers", "torch"))
+        parts.append(f"{engine}" + (f" ({packs})" if packs else "") + (f" in {_names(ids)}" if len(engines) > 1
+                                                                         else ""))
+    if parts:
+        lines.append("Engine (rollout.backend, which also generates the evaluations): " + "; ".join(parts) + ".")
+    return lines
+
+
+def _k_warnings(ks: Optional[dict[str, set[int]]], warnings: list[str]) -> None:
+    """Warn where the stored predictions have fewer samples per problem than the benchmark's spec asks for (AIME and
+    AMC23 ask for 16: the field's avg@k with k >= 16)."""
+    for bench, seen in sorted((ks or {}).items()):
+        spec = spec_info(bench)
+        if spec is None or spec.decoding.samples <= 1 or not seen:
+            continue
+        if min(seen) < spec.decoding.samples:
+            warnings.append(f"{bench}: predictions hold k={min(seen)} sampled completions per problem but its spec "
+                            f"asks for {spec.decoding.samples}; avg@k with small k is noisy (re-evaluate with "
+                            f"`corl-bench eval ... -b {bench}`)")
+
+
 def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[Block], runs: Sequence[RunProtocol],
-            warnings: list[str]) -> list[str]:
+            warnings: list[str], ks: Optional[dict[str, set[int]]] = None) -> list[str]:
     first = METRIC_LABELS[metrics[0]]
     names = ", ".join(METRIC_LABELS[m] for m in metrics)
     groups = " (one column group per metric)" if len(metrics) > 1 else ""
@@ -166,6 +232,8 @@ def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[B
             text += " (not a registered benchmark: default math grading)"
         bench_parts.append(text)
     lines.append("Benchmarks: " + "; ".join(bench_parts) + ".")
+    lines += _protocol_lines(benchmarks, runs, warnings)
+    _k_warnings(ks, warnings)
     lines += _checkpoint_lines(runs, warnings)
     seeds = sorted({s for b in blocks for row in b.rows for s in row.seeds})
     lines.append(f"Seeds: {', '.join(map(str, seeds))}.")

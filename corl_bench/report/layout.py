@@ -41,8 +41,9 @@ from typing import Any, Optional, Sequence
 from corl_bench.report import kinds
 from corl_bench.report import methods as method_views
 from corl_bench.report import reference as ref
+from corl_bench.report import side
 from corl_bench.report.cells import (BASE_LABEL, MISSING, TEXT, VLM, Block, Column, PaperTable, Stat, TableRow,
-                                     cell_text, fmt_pct, fmt_signed, stat_of)
+                                     cell_text, fmt_pct, fmt_signed, mean_of, stat_of)
 from corl_bench.report.collect import (METRIC_LABELS, AgentResult, Collected, check_metrics, collect_results,
                                        natural_key)
 from corl_bench.report.footer import footer as make_footer
@@ -189,16 +190,42 @@ def _columns(metrics: Sequence[str], benchmarks: Sequence[str], results: Sequenc
     return cols + [Column("avg", metrics[0], "", avg), Column("delta", metrics[0], "", "Δ")]
 
 
-def _cells(per_seed: Sequence[dict[str, dict[str, Optional[float]]]], columns: Sequence[Column],
-           benchmarks: Sequence[str]) -> tuple[Stat, ...]:
-    values = [stat_of([s.get(c.benchmark, {}).get(c.metric) for s in per_seed]) for c in columns if c.kind == "value"]
+Scores = dict[str, dict[str, Optional[float]]]  # benchmark -> metric -> value
+
+
+def _evaluation(results: Sequence[AgentResult], phase: str) -> list[Scores]:
+    """Per result, benchmark -> metric -> the evaluation's standard error, plus "clipped" (its truncation share)."""
+    return [{b: {**s.standard_errors(), "clipped": s.clipped} for b, s in getattr(r, phase).items()}
+            for r in results]
+
+
+def _cells(per_seed: Sequence[Scores], columns: Sequence[Column], benchmarks: Sequence[str],
+           evaluation: Sequence[Scores] = ()) -> tuple[Stat, ...]:
+    """Per value column and the Avg: mean and sd over seeds, and (from ``evaluation``, per seed as
+    :func:`_evaluation` gives it) the mean standard error and truncation share. The Avg's standard error is that of a
+    mean of independent benchmarks, sqrt(sum se^2) / benchmarks, per seed."""
+    ev = list(evaluation) or [{} for _ in per_seed]
+
+    def extra(bench: str, key: str) -> Optional[float]:
+        return mean_of([e.get(bench, {}).get(key) for e in ev])
+
+    values = [replace(stat_of([s.get(c.benchmark, {}).get(c.metric) for s in per_seed]),
+                      se=extra(c.benchmark, c.metric), clipped=extra(c.benchmark, "clipped"))
+              for c in columns if c.kind == "value"]
     metric = columns[-1].metric
 
-    def seed_avg(scores: dict[str, dict[str, Optional[float]]]) -> Optional[float]:
+    def seed_avg(scores: Scores) -> Optional[float]:
         vals = [scores.get(b, {}).get(metric) for b in benchmarks]
         return None if not vals or any(v is None for v in vals) else sum(vals) / len(vals)  # type: ignore[arg-type]
 
-    return tuple(values) + (stat_of([seed_avg(s) for s in per_seed]),)
+    def seed_se(e: Scores) -> Optional[float]:
+        ses = [e.get(b, {}).get(metric) for b in benchmarks]
+        if not ses or any(v is None for v in ses):
+            return None
+        return sum(v * v for v in ses) ** 0.5 / len(ses)  # type: ignore[operator]
+
+    avg = stat_of([seed_avg(s) for s in per_seed])
+    return tuple(values) + (replace(avg, se=mean_of([seed_se(e) for e in ev]) if evaluation else None),)
 
 
 def _marks(rows: Sequence[TableRow], n_columns: int) -> list[tuple[str, ...]]:
@@ -233,14 +260,16 @@ def _block(family: str, groups: Sequence[_Group], columns: Sequence[Column], ben
     if seeds:
         srcs = [base_seeds[s] for s in seeds]
         base = TableRow(BASE_LABEL, "base", BASE_LABEL, "", (), "", "", family, tuple(seeds), tuple(r.run_id for r in srcs),
-                        _cells([r.metrics("base") for r in srcs], columns, benchmarks), None)
+                        _cells([r.metrics("base") for r in srcs], columns, benchmarks, _evaluation(srcs, "base")),
+                        None)
     else:
         warnings.append(f"{family}{f', trained on {dataset}' if dataset else ''}: no run has base-phase "
                         "predictions; Base and Δ left empty")
     base_avg = base.cells[-1].mean if base else None
     rows = [base] if base else []
     for g in groups:
-        cells = _cells([r.metrics("final") for r in g.members], columns, benchmarks)
+        cells = _cells([r.metrics("final") for r in g.members], columns, benchmarks,
+                       _evaluation(g.members, "final"))
         if cells[-1].n < len(g.members):
             warnings.append(f"{family} / {g.full_label}: {len(g.members) - cells[-1].n} seed(s) lack some of "
                             f"{', '.join(benchmarks)}; Avg uses the seeds that have all")
@@ -263,6 +292,21 @@ def _shares_line(groups: Sequence[_Group]) -> Optional[str]:
     (nf_lo, cl_lo), (nf_hi, cl_hi) = map(min, zip(*shares)), map(max, zip(*shares))
     return (f"Final-checkpoint samples without an extractable answer: {fmt_pct(nf_lo)}–{fmt_pct(nf_hi)} % "
             f"per (row, benchmark, seed); cut at the token cap: {fmt_pct(cl_lo)}–{fmt_pct(cl_hi)} %.")
+
+
+def _se_line(blocks: Sequence[Block], columns: Sequence[Column]) -> Optional[str]:
+    """The footer line giving the range of the cells' evaluation standard errors, per metric."""
+    parts = []
+    for metric in dict.fromkeys(c.metric for c in columns if c.kind == "value"):
+        ses = [stat.se for b in blocks for row in b.rows for c, stat in zip(columns, row.cells)
+               if c.kind == "value" and c.metric == metric and stat.se is not None]
+        if ses:
+            parts.append(f"{fmt_pct(min(ses))}–{fmt_pct(max(ses))} pp for {METRIC_LABELS[metric]}")
+    if not parts:
+        return None
+    return ("Evaluation standard error per cell (sample sd over problems / √problems, mean over seeds; the sampling "
+            f"error of the benchmark, not the spread over seeds): {'; '.join(parts)}; per cell with --se and in the "
+            "CSV (\"se\" columns, with each cell's share cut at the token cap under \"clipped\").")
 
 
 def _no_values_warning(kind: str, metrics: Sequence[str], blocks: Sequence[Block],
@@ -294,7 +338,8 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
                   key=lambda k: (first_index[k[0]], k[0], paper_sets.index(k[1])))
     blocks = [_block(f, [g for g in groups if (g.family, g.dataset) == (f, d)], columns, benchmarks, warnings, d)
               for f, d in keys]
-    footer = make_footer(metrics, benchmarks, blocks, collected.runs, warnings) if blocks else []
+    ks = {b: {r.final[b].k for r in results if b in r.final and r.final[b].k} for b in benchmarks}
+    footer = make_footer(metrics, benchmarks, blocks, collected.runs, warnings, ks) if blocks else []
     empty = kinds.empty_columns_line(benchmarks, shown)
     if empty and footer:
         at = next((i + 1 for i, line in enumerate(footer) if line.startswith("Benchmarks: ")), len(footer))
@@ -302,6 +347,9 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
     shares = _shares_line(groups)
     if shares:
         footer.append(shares)
+    se_line = _se_line(blocks, columns) if blocks else None
+    if se_line:
+        footer.append(se_line)
     silent = _no_values_warning(kind, metrics, blocks, results)
     if silent:
         warnings.append(silent)
@@ -318,13 +366,19 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
 
 
 def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",), reference: Optional[str] = None,
-          backbone: Optional[str] = None, paper_path: Optional[Path] = None) -> PaperTable:
+          backbone: Optional[str] = None, paper_path: Optional[Path] = None,
+          root: Optional[Path] = None, se: bool = False) -> PaperTable:
     """The paper-style table of ``source`` (a results directory or what :func:`collect_results` returned).
 
     ``backbone`` implies ``reference="paper"``. Returns a :class:`PaperTable` (no blocks when nothing is usable;
     its warnings say why): text runs and vision-language runs (:func:`corl_bench.report.kinds.split`) each get a
     table; with both, the text table holds the other in ``also`` and carries every warning. ValueError (one line) on
-    an unknown metric, reference or backbone."""
+    an unknown metric, reference or backbone.
+
+    With ``reference="paper"`` and text runs, the paper's side tables (:func:`corl_bench.report.side.side_blocks`: three-agent ring,
+    CoMAS, text ensemble control, error-overlap probe) follow, with our rows beside the paper's where backbones match,
+    read from the runs and ``probe.json`` files under ``root`` (default: ``source`` when it is a directory).
+    ``se``: text formats print each cell's evaluation standard error (the CSV always has it)."""
     metrics = check_metrics(metrics)
     if backbone is not None:
         reference = reference or "paper"
@@ -333,21 +387,31 @@ def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",)
     parts = kinds.split(collected.results) or [(TEXT, ())]
     built = [_build_kind(kind, members, collected, metrics, reference, backbone, paper_path)
              for kind, members in parts]
-    tables = [t for t, _ in built]
+    tables = [replace(t, show_se=se) for t, _ in built]
     if reference == "paper" and backbone is not None and tables[0].blocks and not any(owns for _, owns in built):
         # --backbone names a paper backbone of another kind than our runs: show its blocks all the same
         tables[0] = replace(tables[0], paper_blocks=ref.blocks_of(backbone, paper_path))
     warnings = list(collected.warnings) + [w for t in tables for w in t.warnings]
+    if reference == "paper" and tables[0].blocks and tables[0].kind == TEXT:  # the side tables are text tables
+        root = root if root is not None else (None if isinstance(source, Collected) else Path(source))
+        shown, notes, more = side.with_ours(side.side_blocks(backbone, paper_path), root, collected.results)
+        tables[0] = replace(tables[0], side=shown, side_notes=tuple(notes))
+        warnings += more
     return replace(tables[0], warnings=tuple(warnings), also=tuple(tables[1:]))
 
 
-def paper_table(backbone: Optional[str] = None, paper_path: Optional[Path] = None) -> PaperTable:
+def paper_table(backbone: Optional[str] = None, paper_path: Optional[Path] = None,
+                root: Optional[Path] = None) -> PaperTable:
     """The paper's tables on their own, values as printed (``corl-bench table --reference paper`` without runs):
     the main LLM table, the vision-language tables (small and large tier) and the vision-language ensemble control,
-    or every block of ``backbone``; ValueError (one line) on an unknown backbone."""
+    then its side tables (three-agent ring, CoMAS, text ensemble control, error-overlap probe, with the rows of any
+    ``probe.json`` under ``root`` beside the probe's); or every block of ``backbone``; ValueError (one line) on an
+    unknown backbone."""
     check_reference("paper", backbone, paper_path)
     if backbone is not None:
         shown = ref.blocks_of(backbone, paper_path)
     else:
         shown = ref.llm_main(paper_path) + ref.vlm_main(paper_path) + ref.ens_vlm(paper_path)
-    return PaperTable((), (), (), (), (), paper_blocks=shown)
+    extra, notes, warnings = side.with_ours(side.side_blocks(backbone, paper_path), root, ())
+    return PaperTable((), (), (), (), (), warnings=tuple(warnings), paper_blocks=shown, side=extra,
+                      side_notes=tuple(notes))

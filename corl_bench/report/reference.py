@@ -75,6 +75,9 @@ BACKBONES: dict[str, str] = {
     "meta-llama/Llama-3.1-8B-Instruct": "Llama-3.1-8B-Instruct", "Llama-3.1-8B-Instruct": "Llama-3.1-8B-Instruct",
     "Qwen/Qwen3-1.7B-Base": "Qwen3-1.7B", "Qwen3-1.7B-Base": "Qwen3-1.7B", "Qwen/Qwen3-1.7B": "Qwen3-1.7B",
     "Qwen3-1.7B": "Qwen3-1.7B",  # only in the three-agent table
+    # only in the error-overlap probe (decPool)
+    "microsoft/Phi-3.5-mini-instruct": "Phi-3.5-mini", "Phi-3.5-mini-instruct": "Phi-3.5-mini",
+    "Phi-3.5-mini": "Phi-3.5-mini", "openbmb/MiniCPM3-4B": "MiniCPM3-4B", "MiniCPM3-4B": "MiniCPM3-4B",
     "Qwen/Qwen2.5-VL-3B-Instruct": "Qwen2.5-VL-3B", "Qwen2.5-VL-3B-Instruct": "Qwen2.5-VL-3B",
     "Qwen2.5-VL-3B": "Qwen2.5-VL-3B",
     "OpenGVLab/InternVL3_5-2B": "InternVL-3.5-2B", "OpenGVLab/InternVL3_5-2B-HF": "InternVL-3.5-2B",
@@ -115,11 +118,14 @@ PAPER_ENS_VLM_PROTOCOL = ("paper ensemble control (vision-language): maj@8 at T 
 
 @dataclass(frozen=True)
 class PaperRow:
-    """One printed row: ``label`` as in the paper, ``printed`` values and ``marks`` ("b", "u" or "") per column."""
+    """One printed row: ``label`` as in the paper, ``printed`` values and ``marks`` ("b", "u" or "") per column;
+    ``source`` "ours" for a row of ours placed beside the paper's in one of its side tables
+    (:mod:`corl_bench.report.side`)."""
 
     label: str
     printed: tuple[str, ...]
     marks: tuple[str, ...]
+    source: str = "paper"
 
     @property
     def values(self) -> tuple[Optional[float], ...]:

@@ -54,7 +54,31 @@ PAPER_GRIDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ensVLM": ("Paper (Co-RL): test-time ensemble control, vision-language (ensVLM), values as printed",
                ("Values and marks as printed in the paper; source: corl_bench/report/paper-results.json.",
                 PAPER_ENS_VLM_PROTOCOL + ".")),
+    "n3": ("Paper (Co-RL): three-agent ring (n3), values as printed",
+           (PAPER_FOOTER[0], "One ring of three agents (Qwen2.5-3B, Llama-3.2-3B-Instruct, Qwen3-1.7B-Base; ring order "
+            "unverified); Base, GT-Reward and TTRL repeated from the main table where the backbone overlaps; its "
+            "Co-RL rows stand beside our Co-RL (three agents) rows in the table above.", PAPER_PROTOCOL + ".")),
+    "comas": ("Paper (Co-RL): CoMAS-protocol comparison (comas), values as printed",
+              ("Values and marks as printed in the paper; source: corl_bench/report/paper-results.json.",
+               "CoMAS's own suite, driver and graders, not the main table's protocol; the Base, MAPoRL, TTRL and "
+               "CoMAS rows are quoted from the CoMAS paper; the backbone pair is not stated, so no row of ours is "
+               "placed beside it.")),
+    "ensLLM": ("Paper (Co-RL): test-time ensemble control, text (ensLLM), values as printed",
+               ("Values and marks as printed in the paper; source: corl_bench/report/paper-results.json.",
+                "Paper: maj@8 at T 0.6; an (ensemble) row votes over 4 rollouts of each model of the pair. Column "
+                "names are not in the paper's data: GSM8K, MATH-500, AMC is the order its protocol text gives "
+                "(unverified); Avg is their mean (checked on every row).")),
+    "decPool": ("Paper (Co-RL): pre-RL error-overlap probe (decPool), values as printed",
+                ("Values as printed in the paper; source: corl_bench/report/paper-results.json.",
+                 "Paper: 500 MATH level 3-5 problems, zero-shot, one sample per problem at T 0.8, rule-based "
+                 "grading. kappa = Cohen's kappa of the right/wrong vectors; c = exactly one right, w = both wrong "
+                 "with the same answer, u = at least one right (the paper does not define u; the reading that "
+                 "reproduces its kappa), in percent. Rows (ours) come from `corl-bench probe`.")),
 }
+#: The label column's header per paper table (default "Method").
+FIRST_HEADER: dict[str, str] = {"ensLLM": "Setting", "decPool": "Pair"}
+#: Paper tables whose blocks have no backbone: their CSV names the block by its heading and says whose a row is.
+HEADED_TABLES = frozenset({"comas", "ensLLM", "decPool"})
 
 
 @dataclass(frozen=True)
@@ -93,7 +117,7 @@ def _grid(table: PaperTable) -> Grid:
         for row in block.rows:
             marks = row.marks or ("",) * len(table.columns)
             cells = [Cell(row.label), Cell("" if row.kind == "paper" else str(len(row.seeds)))]
-            cells += [Cell(cell_text(stat), mark) for stat, mark in zip(row.cells, marks)]
+            cells += [Cell(cell_text(stat, table.show_se), mark) for stat, mark in zip(row.cells, marks)]
             cells.append(Cell(fmt_signed(row.delta), marks[-1]))
             rows.append(GridRow(tuple(cells), row.kind))
         sections.append(Section(block.title, tuple(rows)))
@@ -111,23 +135,24 @@ def _paper_tables(blocks: Sequence[PaperBlock]) -> list[list[PaperBlock]]:
     return out
 
 
-def _paper_grid(blocks: Sequence[PaperBlock]) -> Grid:
-    headers = ("Method", *blocks[0].columns)
+def _paper_grid(blocks: Sequence[PaperBlock], notes: Sequence[tuple[str, str]] = ()) -> Grid:
+    headers = (FIRST_HEADER.get(blocks[0].table, "Method"), *blocks[0].columns)
     sections = tuple(Section(b.title,
                              tuple(GridRow((Cell(r.label),) + tuple(Cell(v, m) for v, m in zip(r.printed, r.marks)),
-                                           "paper") for r in b.rows)) for b in blocks)
+                                           "paper" if r.source == "paper" else r.source) for r in b.rows))
+                     for b in blocks)
     title, footer = PAPER_GRIDS.get(blocks[0].table, PAPER_GRIDS["llmMain"])
-    return Grid(title, headers, sections, footer)
+    return Grid(title, headers, sections, footer + tuple(line for key, line in notes if key == blocks[0].table))
 
 
 def _paper_only(table: PaperTable) -> bool:
     """A table of the paper's numbers alone (``corl-bench table --reference paper`` without runs)."""
-    return not table.blocks and bool(table.paper_blocks)
+    return not table.blocks and bool(table.paper_blocks or table.side)
 
 
 def _grids(table: PaperTable) -> list[Grid]:
     grids = [] if _paper_only(table) else [_grid(table)]
-    grids += [_paper_grid(blocks) for blocks in _paper_tables(table.paper_blocks)]
+    grids += [_paper_grid(blocks, table.side_notes) for blocks in _paper_tables(table.paper_blocks + table.side)]
     for more in table.also:
         grids += _grids(more)
     return grids
@@ -251,46 +276,54 @@ def _raw(value: Optional[float]) -> str:
     return "" if value is None else f"{100.0 * value:.4f}"
 
 
-def _paper_csv(blocks: Sequence[PaperBlock]) -> str:
+def _paper_csv(blocks: Sequence[PaperBlock], notes: Sequence[tuple[str, str]] = ()) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     datasets = any(b.dataset for b in blocks)  # vision-language blocks: one per training set
-    writer.writerow(["backbone", *(["dataset"] if datasets else []), "row", *blocks[0].columns, "marks"])
+    side = blocks[0].table in HEADED_TABLES
+    first = ["block" if side else "backbone", *(["dataset"] if datasets else [])]
+    writer.writerow([*first, "row", *(["source"] if side else []), *blocks[0].columns, "marks"])
     for block in blocks:
         for prow in block.rows:
             marks = "; ".join(f"{c}={m}" for c, m in zip(block.columns, prow.marks) if m)
-            writer.writerow([block.backbone, *([block.dataset] if datasets else []), prow.label, *prow.printed,
-                             marks])
+            writer.writerow([block.title if side else block.backbone, *([block.dataset] if datasets else []),
+                             prow.label, *([prow.source] if side else []), *prow.printed, marks])
     footer = PAPER_GRIDS.get(blocks[0].table, PAPER_GRIDS["llmMain"])[1]
+    footer += tuple(line for key, line in notes if key == blocks[0].table)
     return buf.getvalue() + "".join(f"# {line}\n" for line in footer)
 
 
 def to_csv(table: PaperTable) -> str:
-    """One row per (block, row): labels, n, seeds, runs, then mean and sd (percent, 4 decimals) per column, Avg,
+    """One row per (block, row): labels, n, seeds, runs, then mean, sd over seeds, the evaluation's standard error
+    (``se``: sd over problems / sqrt(problems), mean over seeds) and, per benchmark column, the share cut at the token
+    cap (``clipped``) (percent, 4 decimals) per column, Avg,
     Δ and a ``marks`` column ("header=b; ..."); then the footer as ``#`` lines (read with ``comment="#"``); then each
     paper table shown on its own and each table in ``table.also``, after a blank line."""
     if _paper_only(table):
-        return "\n".join(_paper_csv(blocks) for blocks in _paper_tables(table.paper_blocks))
+        return "\n".join(_paper_csv(blocks, table.side_notes)
+                         for blocks in _paper_tables(table.paper_blocks + table.side))
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     cols = table.columns
     header = ["block", "backbone", "row", "kind", "method", "cohorts", "tag", "agent", "n", "seeds", "runs"]
     for col in cols[:-1]:
-        header += [col.header, f"{col.header} sd"]
+        header += [col.header, f"{col.header} sd", f"{col.header} se"]
+        header += [f"{col.header} clipped"] if col.kind == "value" else []
     writer.writerow(header + [cols[-1].header, "marks"])
     for block in table.blocks:
         for row in block.rows:
             cells: list[str] = []
-            for stat in row.cells:
-                cells += [_raw(stat.mean), _raw(stat.sd)]
+            for col, stat in zip(cols, row.cells):
+                cells += [_raw(stat.mean), _raw(stat.sd), _raw(stat.se)]
+                cells += [_raw(stat.clipped)] if col.kind == "value" else []
             marks = "; ".join(f"{c.header}={m}" for c, m in zip(cols, row.marks) if m)
             writer.writerow([block.name, block.backbone or "", row.label, row.kind, row.method,
                              " ".join(row.cohorts), row.tag, row.agent, "" if row.kind == "paper" else len(row.seeds),
                              " ".join(map(str, row.seeds)), " ".join(row.run_ids), *cells,
                              "" if row.delta is None else f"{100.0 * row.delta:.4f}", marks])
     text = buf.getvalue() + "".join(f"# {line}\n" for line in table.notes + table.footer)
-    for blocks in _paper_tables(table.paper_blocks):
-        text += "\n" + _paper_csv(blocks)
+    for blocks in _paper_tables(table.paper_blocks + table.side):
+        text += "\n" + _paper_csv(blocks, table.side_notes)
     for more in table.also:
         text += "\n" + to_csv(more)
     return text
@@ -305,7 +338,7 @@ def render_text(table: PaperTable, fmt: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ rich
-_ROW_STYLES = {"base": "dim", "paper": "italic dim", "control": "", "reference": ""}
+_ROW_STYLES = {"base": "dim", "paper": "italic dim", "control": "", "reference": "", "ours": "bold"}
 
 
 def _grid_rich(grid: Grid) -> Table:

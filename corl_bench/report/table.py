@@ -66,12 +66,14 @@ def main(
     backbone: Optional[str] = None,
     console: Optional[Console] = None,
     err_console: Optional[Console] = None,
+    se: bool = False,
 ) -> list[Row]:
     """``corl-bench table``: print the paper-style table (rich, or ``fmt`` text when ``fmt`` is given without
     ``out``), its footer and the warnings; write ``out`` in ``fmt`` (default: from its suffix, else md)
     atomically, or else ``table.md`` and ``table.csv`` into ``out_dir`` (default: the results dir). Warnings and
     "wrote" lines go to ``err_console`` (default: ``console``). Without runs, ``reference="paper"`` (or a
     ``backbone``) prints the paper's tables on their own (written only to ``out``).
+    ``se``: each cell also shows the evaluation's standard error ("62.3 ± 1.2 [se 0.8]"; the CSV always has it).
     Returns the aggregated rows of :func:`collect` ([] when there is nothing to show); ValueError (one line)
     on a bad metric, format, reference or backbone."""
     console = console or Console()
@@ -86,13 +88,14 @@ def main(
     if not find_runs(results_dir):
         if reference == "paper" or backbone is not None:  # the paper's tables on their own
             targets = [] if out is None else [(Path(out), fmt or "md")]
-            _show(paper_table(backbone), fmt if out is None else None, targets, console, err)
+            _show(paper_table(backbone, root=results_dir if results_dir.is_dir() else None),
+                  fmt if out is None else None, targets, console, err)
             _say(err, f"No runs found under {results_dir}; the paper's tables are shown on their own.")
             return []
         _say(console, f"No runs found under {results_dir}; start one with `corl-bench run`.")
         return []
     collected = collect_results(results_dir)
-    table = build(collected, metrics=metrics, reference=reference, backbone=backbone)
+    table = build(collected, metrics=metrics, reference=reference, backbone=backbone, root=results_dir, se=se)
     if not table.blocks:
         for warning in table.warnings:
             _say(err, f"warning: {warning}", "yellow")
