@@ -23,6 +23,7 @@ DEFAULT_CELLS = (
     "random-reward:single", "corl:same-family", "corl:cross-family", "corl:cross-family-rephrased",
     "corl:three-agent", "corl-peer-majority:three-agent", "comas:cross-family", "ttrl:cross-family",
     "maporl:cross-family", "maca:same-family",
+    "empo:single", "srt:single", "format-reward:single", "incorrect-label:single",
 )
 LAST_FRACTION = 0.2  # "final" training diagnostics: mean over the last 20 % of steps
 

@@ -169,9 +169,10 @@ def test_row_labels_come_from_the_methods_in_paper_order() -> None:
 
     assert layout.ROW_LABELS == labels  # the old constant, derived (kept for one release)
     assert layout.SINGLE_AGENT_METHODS == {"gt-reward", "ttrl", "rent", "intuitor", "co-rewarding-ii",
-                                           "random-reward", "mm-upt"}
-    assert layout.REFERENCE_LABELS == {"GT-Reward", "MAPoRL-GT"}  # the methods that use labels
-    assert layout.CONTROL_LABELS == {"Random reward", "Co-RL frozen peer"}
+                                           "random-reward", "mm-upt", "empo", "srt", "format-reward",
+                                           "incorrect-label"}
+    assert layout.REFERENCE_LABELS == {"GT-Reward", "MAPoRL-GT"}  # the methods that use labels (controls aside)
+    assert layout.CONTROL_LABELS == {"Random reward", "Co-RL frozen peer", "Format reward", "Incorrect label"}
 
 
 def test_blocks_rows_in_paper_order_with_per_agent_and_tagged_rows(world_table: PaperTable) -> None:
@@ -280,7 +281,8 @@ def test_a_plugin_control_lands_in_the_controls_and_a_plugin_label_free_method_i
     llama = [r.label for r in tab.blocks[1].rows]
     assert llama == ["Base", "Co-RL (cross-family)", "My pair (two families)"]
     assert not [w for w in tab.warnings if "not registered" in w]
-    assert any("Random reward, my-control (control) and tagged rows are not ranked" in line for line in tab.footer)
+    assert any("Random reward, Format reward, Incorrect label, my-control (control) and tagged rows are not ranked"
+               in line for line in tab.footer)
 
 
 def test_a_method_uninstalled_after_its_runs_is_shown_by_name_and_not_ranked(tmp_path: Path) -> None:
