@@ -122,7 +122,7 @@ class ModelConfig:
                "for no cap or e.g. 1024")
 
 
-ANSWER_EXTRACTORS = ("qwen", "boxed", "flexible", "letter", "answer_tag")
+ANSWER_EXTRACTORS = ("qwen", "boxed", "flexible", "letter", "answer_tag", "boxed_abcd", "math_verify_number")
 """the extractors of :data:`corl_bench.eval.scoring.EXTRACTORS` that read an answer (all but ``code``)"""
 
 

@@ -385,7 +385,9 @@ for _name, _target in (("qwen", "corl_bench.grading.verifier:extract_normalized"
                        ("flexible", "corl_bench.eval.scoring:extract_flexible"),
                        ("letter", "corl_bench.eval.scoring:extract_letter"),
                        ("code", "corl_bench.eval.scoring:extract_code"),
-                       ("answer_tag", "corl_bench.eval.scoring:extract_answer_tag")):
+                       ("answer_tag", "corl_bench.eval.scoring:extract_answer_tag"),
+                       ("boxed_abcd", "corl_bench.eval.science:extract_boxed_abcd"),
+                       ("math_verify_number", "corl_bench.eval.science:extract_math_verify_number")):
     EXTRACTORS.register_lazy(_name, _target)
 #: Graders (``(answer, gold) -> bool``; one with ``uses_choices = True`` also gets the item's options), by a spec's
 #: ``grader``.
@@ -393,11 +395,13 @@ GRADERS: Registry[Callable[..., bool]] = Registry("grader", entry_point_group="c
 for _name, _target in (("math", "corl_bench.grading.verifier:is_correct"), ("exact", "corl_bench.eval.scoring:_exact"),
                        ("letter", "corl_bench.eval.scoring:_letter"),
                        ("tests", "corl_bench.eval.scoring:_tests"),
-                       ("mc_letter_or_value", "corl_bench.eval.scoring:mc_letter_or_value")):
+                       ("mc_letter_or_value", "corl_bench.eval.scoring:mc_letter_or_value"),
+                       ("rel_tol_5pct", "corl_bench.eval.science:rel_tol_5pct")):
     GRADERS.register_lazy(_name, _target)
 #: Data converters (:class:`corl_bench.eval.converters.Converter`): how a spec's hub (or local) rows reach the
 #: project's row schema, by a spec's ``source.converter``.
 CONVERTERS: Registry[Any] = Registry("data converter", entry_point_group="corl_bench.converters")
-for _name in ("columns", "gpqa", "livecodebench", "mathverse", "mathvision", "mathvista", "wemath"):
+for _name in ("columns", "gpqa", "livecodebench", "mathverse", "mathvision", "mathvista", "mmlu", "scibench",
+              "wemath"):
     CONVERTERS.register_lazy(_name, f"corl_bench.eval.converters:{_name.upper()}")
 del _name, _target

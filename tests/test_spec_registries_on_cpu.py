@@ -100,12 +100,13 @@ def test_a_plugin_extractor_grader_and_converter_come_from_entry_points(site, tm
 
 
 def test_the_builtin_extractors_and_graders_are_lazy_and_unknown_names_are_one_line():
-    assert {"qwen", "boxed", "flexible", "letter", "code", "answer_tag"} <= set(EXTRACTORS.names())
-    assert {"math", "exact", "letter", "tests", "mc_letter_or_value"} <= set(GRADERS.names())
+    assert {"qwen", "boxed", "flexible", "letter", "code", "answer_tag", "boxed_abcd", "math_verify_number"} <= \
+        set(EXTRACTORS.names())
+    assert {"math", "exact", "letter", "tests", "mc_letter_or_value", "rel_tol_5pct"} <= set(GRADERS.names())
     code = ("import sys, corl_bench.registries as r\n"
             "r.EXTRACTORS.names(), r.GRADERS.names(), r.CONVERTERS.names(), r.BENCHMARKS.names()\n"
             "loaded = [m for m in ('corl_bench.eval.scoring', 'corl_bench.eval.verifier', 'corl_bench.grading.verifier',"
-            " 'corl_bench.eval.data',"
+            " 'corl_bench.eval.data', 'corl_bench.eval.science', 'math_verify',"
             " 'torch') if m in sys.modules]\n"
             "assert not loaded, loaded\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -113,7 +114,7 @@ def test_the_builtin_extractors_and_graders_are_lazy_and_unknown_names_are_one_l
     with pytest.raises(KeyError) as e:
         GRADERS.get("mathh")
     assert str(e.value) == ("unknown grader 'mathh'; did you mean 'math'? valid: exact, letter, math, "
-                            "mc_letter_or_value, tests")
+                            "mc_letter_or_value, rel_tol_5pct, tests")
 
 
 def _raw(**over):

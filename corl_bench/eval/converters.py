@@ -12,6 +12,10 @@ benchmark's name or its hub dataset. The built-ins:
     livecodebench  ``livecodebench/code_generation_lite``: the release's files downloaded with ``huggingface_hub``
                    (no ``datasets``), a local folder of those files read as a release, frozen as
                    ``<folder>/<release>.jsonl``
+    mmlu           ``cais/mmlu`` rows (answer = an option index) -> the local schema, answer = the letter
+                   (:func:`corl_bench.eval.science.mmlu_rows`)
+    scibench       ``xw27/scibench`` rows -> the local schema, the problem with its unit sentence as CoMAS's
+                   evaluation asks it (:func:`corl_bench.eval.science.scibench_rows`)
     mathvision, mathverse, mathvista, wemath
                    the multimodal sets' hub rows -> the local schema, images kept as PIL for
                    :func:`corl_bench.eval.multimodal.attach_hub`
@@ -37,8 +41,8 @@ from corl_bench.config import ConfigError
 if TYPE_CHECKING:
     from corl_bench.eval.specs import BenchmarkSpec
 
-__all__ = ["COLUMNS", "Converter", "GPQA", "LIVECODEBENCH", "MATHVERSE", "MATHVISION", "MATHVISTA", "WEMATH",
-           "converter_for"]
+__all__ = ["COLUMNS", "Converter", "GPQA", "LIVECODEBENCH", "MATHVERSE", "MATHVISION", "MATHVISTA", "MMLU", "SCIBENCH",
+           "WEMATH", "converter_for"]
 
 Rows = list[dict[str, Any]]
 LCB_HUB_KEYS = ("path", "version_tag", "revision")
@@ -85,6 +89,18 @@ def _gpqa(spec: "BenchmarkSpec", records: Iterable[Mapping[str, Any]]) -> Rows:
     return gpqa_rows(records, spec.name, spec.source.local or "gpqa_diamond_orig/test.jsonl")
 
 
+def _mmlu(spec: "BenchmarkSpec", records: Iterable[Mapping[str, Any]]) -> Rows:
+    from corl_bench.eval.science import convert_mmlu
+
+    return convert_mmlu(spec, records)
+
+
+def _scibench(spec: "BenchmarkSpec", records: Iterable[Mapping[str, Any]]) -> Rows:
+    from corl_bench.eval.science import convert_scibench
+
+    return convert_scibench(spec, records)
+
+
 def release(spec: "BenchmarkSpec") -> str:
     """A LiveCodeBench spec's release (``source.hub.version_tag``, default the newest the project knows)."""
     from corl_bench.eval.livecodebench import DEFAULT_RELEASE
@@ -126,6 +142,8 @@ def _multimodal(attr: str) -> Callable[["BenchmarkSpec", Iterable[Mapping[str, A
 
 COLUMNS = Converter("columns")
 GPQA = Converter("gpqa", hub_paths=("Idavidrein/gpqa",), convert=_gpqa)
+MMLU = Converter("mmlu", hub_paths=("cais/mmlu",), convert=_mmlu)
+SCIBENCH = Converter("scibench", hub_paths=("xw27/scibench",), convert=_scibench)
 LIVECODEBENCH = Converter("livecodebench", hub_paths=("livecodebench/code_generation_lite",), fetch=_lcb_fetch,
                           read_local=_lcb_read, frozen_file=_lcb_frozen, needs="huggingface_hub")
 MATHVISION = Converter("mathvision", hub_paths=("MathLLMs/MathVision",), convert=_multimodal("_mathvision"))

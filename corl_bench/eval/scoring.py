@@ -12,9 +12,14 @@ Extractors (completion -> answer string or None):
                paper's VLM answer format (R1-V; ``mllm/trainers/verifiers/math_verify_wrapper.py::extract_answer_tag``);
                NO fallback: without a tag (or with an empty one) the answer is None. A content that is exactly one
                ``\\boxed{...}`` is unwrapped; the result is Hendrycks-normalised like ``boxed``'s
+    boxed_abcd the letter of the last ``\\boxed{X}``, X in A-D (case-insensitive), nothing else: CoMAS's (MASLab's)
+               MMLU/GPQA extraction (:mod:`corl_bench.eval.science`)
+    math_verify_number
+               the first value ``math_verify.parse`` finds in the completion, as a float: CoMAS's SciBench extraction
 
 Graders (answer, gold -> bool): ``math`` (:func:`corl_bench.grading.verifier.is_correct`: exact, numeric, then
 math-verify, then the Qwen evaluation grader's percent rule), ``exact`` (string equality after stripping), ``letter`` (case-insensitive letter equality),
+``rel_tol_5pct`` (numbers within 5 % of each other: SciBench, :mod:`corl_bench.eval.science`),
 ``tests`` (code: the program must pass the benchmark's tests in the sandbox; graded by :mod:`corl_bench.eval.codeexec`,
 not here) and ``mc_letter_or_value`` (the multimodal benchmarks' multiple-choice fix, :func:`mc_letter_or_value`: it
 also receives the item's option texts, ``choices``, which prediction rows store so that ``corl-bench table`` re-grades
