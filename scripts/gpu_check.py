@@ -12,12 +12,14 @@ that fails or runs out of time is recorded as such and the next one runs:
   engine — through ``corl_bench.train.runner.run``, the code path of ``corl-bench run``. Recorded per step: the time
   parts; per agent: loss, reward, completion length, the engine-vs-trainer log-prob gap (``engine/logp_gap_*``),
   whether the weights moved, and peak memory (below).
-* ``vllm_colocated`` (180 s): the same cell, 3 steps, ``rollout.backend=vllm``: each agent's ``vllm.LLM`` and its
-  trainer on the one GPU, all resident at once (``gpu_memory_utilization`` 0.20 per agent). ``placement`` says
-  ``colocated``: the ``timeshare`` placement (engines asleep while the other agent trains) does not exist in
-  corl-bench yet, so it is not what this stage runs. The weight sync is checked by the log-prob gap: after step 0
-  the engine samples from synced weights, so a gap above 10x the first step's (and 1e-3 nats) — the agent's own
-  stale-weights warning — fails the check. Skipped, with the reason, where ``import vllm`` fails.
+* ``vllm_timeshare`` (180 s): the same cell, 3 steps, ``rollout.backend=vllm`` with ``run.placement=timeshare`` on
+  Ray (``run.backend=ray``, one actor per agent, each reserving half of the one GPU; ``corl_bench/train/placement.py``):
+  each agent's ``vllm.LLM`` lives in its own actor, sleeps (level 1) while its agent trains and wakes for the weight
+  sync (``gpu_memory_utilization`` 0.20 per agent). The weight sync is checked by the log-prob gap: after step 0
+  the engine samples from weights synced after a wake, so a gap above 10x the first step's (and 1e-3 nats) — the
+  agent's own stale-weights warning — fails the check. Per-agent peak memory is not metered in this stage (the agents
+  live in Ray actors; ``corl_bf16`` meters it); the device's peak is. Skipped, with the reason, where ``import
+  vllm`` or ``import ray`` fails; the placement it would use is recorded all the same.
 * ``trl_compare`` (2 x 110 s): one GRPO step of corl-bench against TRL ``GRPOTrainer`` at equal work (SmolLM2, the
   same 8 prompts x 8 samples x 256 tokens, lr, T = 1, no KL, token-mean loss, bf16; 1 warm-up + 2 timed steps each;
   ``scripts/bench_suite.py``'s workers), both with vLLM colocated at ``gpu_memory_utilization`` 0.20 where vLLM
@@ -56,7 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "corl-bench/gpu-check/1"
 TOTAL_BUDGET_S = 600
-BUDGETS = {"corl_bf16": 150, "vllm_colocated": 180, "trl_compare": 220}
+BUDGETS = {"corl_bf16": 150, "vllm_timeshare": 180, "trl_compare": 220}
 """seconds per stage (``trl_compare``: both of its sides); the sum plus start-up stays under TOTAL_BUDGET_S"""
 VLLM_MEMORY = 0.2
 SIZES = {"gpu": dict(prompts=8, k=8, tokens=256, steps=2, vllm_steps=3, trl_steps=2, eval_problems=4,
@@ -201,7 +203,13 @@ class AgentMeter:
 
 
 # ---------------------------------------------------------------------------------------------- stages
-def _cell(mode: str, work: Path, backend: str | None, steps: int) -> dict[str, Any]:
+def _timeshare_sets(mode: str) -> list[str]:
+    """The settings that put the cell's two vLLM agents on Ray, sharing one GPU (``run.placement=timeshare``)."""
+    return ["run.backend=ray", "run.placement=timeshare", f"run.gpus_per_agent={1 if mode == 'gpu' else 0}",
+            "run.cpus_per_agent=1", "model.threads=1"]
+
+
+def _cell(mode: str, work: Path, backend: str | None, steps: int, extra: list[str] | None = None) -> dict[str, Any]:
     """Train the 2-agent Co-RL cell through ``run`` (``corl-bench run``'s path) and read its metrics back."""
     import torch
 
@@ -231,7 +239,7 @@ def _cell(mode: str, work: Path, backend: str | None, steps: int) -> dict[str, A
         sets += [f"rollout.backend={backend}"]
         if backend == "vllm":
             sets += [f"rollout.engine_options={{gpu_memory_utilization: {VLLM_MEMORY}}}"]
-    cfg = load_config(None, sets)
+    cfg = load_config(None, sets + list(extra or ()))
     stale: list[str] = []
 
     class Stale(logging.Handler):
@@ -260,6 +268,11 @@ def _cell(mode: str, work: Path, backend: str | None, steps: int) -> dict[str, A
                                                   "logp_gap_mean": r.get("engine/logp_gap_mean"),
                                                   "logp_gap_max": r.get("engine/logp_gap_max")} for r in mine}})
     agents = meter.agents()
+    if cfg.run.backend == "ray":  # the agents lived in Ray actors: what the meter cannot see comes from metrics.jsonl
+        agents = {a.name: {"optimizer_steps": sum(1 for r in rows if r["agent"] == a.name and _finite(r.get("loss"))),
+                           "weights_changed": None, "peak_gib": None,
+                           "peak_source": "agents in Ray actors: not metered per agent (see corl_bf16)"}
+                  for a in cfg.cohort.agents}
     for name, row in agents.items():
         gaps = [st["agents"].get(name, {}).get("logp_gap_max") for st in steps_out]
         row["logp_gap_max"] = max((g for g in gaps if _finite(g)), default=None)
@@ -279,7 +292,8 @@ def _cell(mode: str, work: Path, backend: str | None, steps: int) -> dict[str, A
         out["device_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         out["device_peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
     out["ok"] = len(agents) == 2 and len(steps_out) == steps and all(
-        r["trained_steps"] == steps and r["optimizer_steps"] == steps and (r["weights_changed"] or not r["had_signal"])
+        r["trained_steps"] == steps and r["optimizer_steps"] == steps
+        and (r["weights_changed"] is not False or not r["had_signal"])
         for r in agents.values())
     return out
 
@@ -288,18 +302,32 @@ def stage_corl_bf16(mode: str, work: Path) -> dict[str, Any]:
     return _cell(mode, work, None, SIZES[mode]["steps"])
 
 
-def stage_vllm_colocated(mode: str, work: Path) -> dict[str, Any]:
-    if not _importable("vllm"):
-        return {"status": "skipped", "reason": "vllm is not importable here (pip install vllm on a CUDA machine)"}
-    out = _cell(mode, work, "vllm", SIZES[mode]["vllm_steps"])
+def stage_vllm_timeshare(mode: str, work: Path) -> dict[str, Any]:
+    from corl_bench.config import load_config
+    from corl_bench.train import placement
+
+    sets = _timeshare_sets(mode)
+    from corl_bench.registries import COHORTS
+
+    cfg = load_config(None, ["rollout.backend=vllm", *sets,
+                             f"rollout.engine_options={{gpu_memory_utilization: {VLLM_MEMORY}}}"])
+    cfg = cfg.replace(cohort=COHORTS.get("smol-cross-family"))  # the GPU cell's two agents
+    planned = placement.resolve(cfg, 1.0 if mode == "gpu" else 0.0)
+    plan = {"placement": planned.kind, "gpus_per_agent": list(planned.gpus),
+            "engine_options": placement.engine_options(cfg, planned)}
+    missing = [m for m in ("vllm", "ray") if not _importable(m)]
+    if missing:
+        return {"status": "skipped", "reason": f"{' and '.join(missing)} not importable here (pip install vllm "
+                "'ray[default]' on a CUDA machine)", "planned": plan}
+    out = _cell(mode, work, "vllm", SIZES[mode]["vllm_steps"], extra=sets)
     gaps = {a: [st["agents"][a]["logp_gap_mean"] for st in out["steps"] if a in st["agents"]] for a in out["agents"]}
     first = {a: g[0] for a, g in gaps.items() if g and _finite(g[0])}
     jumped = {a: [x for x in g[1:] if _finite(x) and x > max(10 * first.get(a, 0.0), 1e-3)] for a, g in gaps.items()}
     sync_ok = all(first.get(a) is not None for a in gaps) and not any(jumped.values()) \
         and not out["stale_weight_warnings"]
-    out.update(placement="colocated", placement_note=(
-        f"each agent's vllm.LLM (gpu_memory_utilization {VLLM_MEMORY}) and its trainer share the one GPU, all "
-        "resident at once; corl-bench has no timeshare placement yet"),
+    out.update(placement=plan, placement_note=(
+        f"each agent's vllm.LLM (gpu_memory_utilization {VLLM_MEMORY}) in its own Ray actor, the two actors on "
+        "one GPU; each engine sleeps while its agent trains and wakes for the weight sync"),
         sync={"ok": sync_ok, "criterion": "logp_gap_mean after step 0 stays <= max(10 x step 0's, 1e-3 nats)",
               "logp_gap_mean_per_step": gaps})
     out["ok"] = out["ok"] and sync_ok
@@ -365,7 +393,7 @@ def _trl_worker(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-STAGES = {"corl_bf16": stage_corl_bf16, "vllm_colocated": stage_vllm_colocated, "trl_compare": stage_trl_compare}
+STAGES = {"corl_bf16": stage_corl_bf16, "vllm_timeshare": stage_vllm_timeshare, "trl_compare": stage_trl_compare}
 
 
 # ---------------------------------------------------------------------------------------------- driver

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU check (scripts/gpu_check.py): a bf16 2-agent Co-RL cell of SmolLM2-135M-Instruct x Gemma-3-270M,
-# the same cell with vLLM colocated (weight sync checked by the engine-vs-trainer log-prob gap), one GRPO step
+# the same cell with vLLM on Ray in run.placement=timeshare (weight sync after each wake checked by the
+# engine-vs-trainer log-prob gap), one GRPO step
 # against TRL GRPOTrainer + vLLM colocate at equal work, peak memory per agent; ONE JSON. Budget: <= 10 minutes on
 # one GPU (each stage has its own budget inside).
 #

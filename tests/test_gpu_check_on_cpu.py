@@ -48,7 +48,7 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_writes_one_json_with_every_stage(dry_run):
     report, stderr = dry_run
     assert report["schema"] == "corl-bench/gpu-check/1" and report["mode"] == "dry-run" and report["ok"] is True
-    assert list(report["stages"]) == ["corl_bf16", "vllm_colocated", "trl_compare"]
+    assert list(report["stages"]) == ["corl_bf16", "vllm_timeshare", "trl_compare"]
     assert report["environment"]["torch"] and report["environment"]["cuda_available"] in (False, True)
     for name, stage in report["stages"].items():
         assert stage["status"] in ("ok", "skipped"), (name, stage)
@@ -79,11 +79,14 @@ def test_the_corl_cell_trained_two_bf16_agents(dry_run):
 
 def test_the_vllm_and_trl_stages_run_or_say_why_not(dry_run):
     stages = dry_run[0]["stages"]
-    vllm = stages["vllm_colocated"]
-    if _has("vllm"):
-        assert vllm["result"]["placement"] == "colocated" and vllm["result"]["sync"]["ok"]
+    vllm = stages["vllm_timeshare"]
+    if _has("vllm") and _has("ray"):
+        assert vllm["result"]["placement"]["placement"] == "timeshare" and vllm["result"]["sync"]["ok"]
     else:
-        assert vllm["status"] == "skipped" and "vllm is not importable" in vllm["reason"]
+        assert vllm["status"] == "skipped" and "not importable" in vllm["reason"]
+        # the placement it would run is resolved all the same: two agents on Ray, engines asleep while training
+        assert vllm["planned"] == {"placement": "timeshare", "gpus_per_agent": [0.0, 0.0],
+                                   "engine_options": {"gpu_memory_utilization": 0.2, "sleep_level": 1}}
     trl = stages["trl_compare"]
     if _has("trl"):
         res = trl["result"]
