@@ -65,7 +65,7 @@ SIZES = {"gpu": dict(prompts=8, k=8, tokens=256, steps=2, vllm_steps=3, trl_step
                      eval_tokens=64),
          "dry-run": dict(prompts=4, k=2, tokens=8, steps=1, vllm_steps=2, trl_steps=1, eval_problems=2,
                          eval_tokens=8)}
-TINY = ("qwen2-bpe", "neox-bpe")
+TINY = ("qwen2-bpe", "llama-bpe")  # two architectures vLLM loads (its CPU build breaks neox training here)
 log = logging.getLogger("gpu_check")
 
 
@@ -87,13 +87,14 @@ def _version(name: str) -> str | None:
 
 
 def _register_tiny(cache: Path) -> list[str]:
-    """Tiny random micro families for the dry run (hidden 32, one layer, 2 warm-start steps; as tests/conftest's)."""
+    """Tiny random micro families for the dry run (hidden 64, one layer, 2 warm-start steps)."""
     import dataclasses
 
     from corl_bench.micro.families import BUILTIN_FAMILIES
     from corl_bench.registries import FAMILIES
 
-    small = {"hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "n_inner": 64, "num_hidden_layers": 1,
+    # heads of 64 / 2 = 32 dimensions: vLLM's CPU attention needs at least 32
+    small = {"hidden_size": 64, "n_embd": 64, "intermediate_size": 128, "n_inner": 128, "num_hidden_layers": 1,
              "n_layer": 1, "num_attention_heads": 2, "n_head": 2, "num_key_value_heads": 1}
     names = []
     for base in TINY:
