@@ -22,7 +22,7 @@ DEFAULT_CELLS = (
     "gt-reward:single", "ttrl:single", "rent:single", "intuitor:single", "co-rewarding-ii:single",
     "random-reward:single", "corl:same-family", "corl:cross-family", "corl:cross-family-rephrased",
     "corl:three-agent", "corl-peer-majority:three-agent", "comas:cross-family", "ttrl:cross-family",
-    "maporl:cross-family", "maca:same-family",
+    "maporl:cross-family", "maporl-gt:cross-family", "maca:same-family", "corl-frozen-peer:cross-family",
     "empo:single", "srt:single", "format-reward:single", "incorrect-label:single",
 )
 LAST_FRACTION = 0.2  # "final" training diagnostics: mean over the last 20 % of steps
