@@ -258,6 +258,20 @@ class MethodConfig:
     """method-specific options, validated by the method (e.g. ``votes_per_prompt`` for ttrl)"""
 
 
+def check_resources(resources: Any, where: str) -> None:
+    """One-line ConfigError unless ``resources`` maps custom Ray resource names (not Ray's own CPU, GPU, memory)
+    to amounts Ray accepts (> 0, at most 4 decimals); ``where`` names the field."""
+    _check(isinstance(resources, Mapping), f"{where} must be a mapping of Ray resource: amount (got {resources!r}); "
+           "write e.g. {node_a: 1}")
+    for name, amount in resources.items():
+        _check(isinstance(name, str) and name.strip() != "" and name not in ("CPU", "GPU", "memory",
+               "object_store_memory"), f"{where}: {name!r} is not a custom resource name; CPUs and GPUs are the "
+               "agent's cpus / gpus (run.cpus_per_agent, run.gpus_per_agent): write e.g. {node_a: 1}")
+        _check(isinstance(amount, (int, float)) and not isinstance(amount, bool) and amount > 0
+               and round(amount, 4) == amount, f"{where}: {name} must be a number > 0 with at most 4 decimals "
+               f"(got {amount!r}); write e.g. {{{name}: 1}}")
+
+
 @dataclass(frozen=True)
 class AgentSpec:
     name: str
@@ -283,6 +297,10 @@ class AgentSpec:
     """``run.backend=ray``: GPUs reserved for this agent's actor; empty = run.gpus_per_agent"""
     cpus: float | None = None
     """``run.backend=ray``: CPUs reserved for this agent's actor (also its torch threads); empty = run.cpus_per_agent"""
+    resources: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """``run.backend=ray``: custom Ray resources this agent's actor needs, e.g. ``{node_a: 1}`` to pin it to the
+    node started with ``ray start --resources '{"node_a": 1}'``; empty = none (``run.agent_resources`` can set it
+    by agent name)"""
 
     def __post_init__(self) -> None:
         _check(self.lora_rank is None or self.lora_rank >= 0, f"cohort agent {self.name!r}: lora_rank must be >= 0 "
@@ -295,6 +313,7 @@ class AgentSpec:
         for what, val in (("gpus", self.gpus), ("cpus", self.cpus)):
             _check(val is None or val >= 0, f"cohort agent {self.name!r}: {what} must be >= 0 (got {val}); leave it "
                    f"out to use run.{what}_per_agent")
+        check_resources(self.resources, f"cohort agent {self.name!r}: resources")
         _check(self.device == "" or _valid_device(self.device),
                f"cohort agent {self.name!r}: device must be auto, cpu, cuda or cuda:N (got {self.device!r}); "
                "leave it out to use model.device")
@@ -455,6 +474,10 @@ class RunConfig:
     agent's actor its own ``gpus``), ``timeshare`` (the agents share their GPUs: each actor reserves its share, and a
     ``vllm`` engine sleeps while its agent trains and wakes with the new weights), ``auto`` (disjoint where the
     cluster has a GPU for every agent's reservation, else timeshare; disjoint on the local backend)"""
+    agent_resources: Mapping[str, Mapping[str, float]] = field(default_factory=dict, hash=False)
+    """``run.backend=ray``: custom Ray resources by agent name, e.g. ``{a0: {node_a: 1}, a1: {node_b: 1}}`` to
+    place the agents of a registered cohort on the nodes that advertise them; replaces that agent's own
+    ``resources``"""
     trackers: tuple[str, ...] = ()
     """experiment trackers that mirror metrics.jsonl (which stays the source of truth): ``wandb``,
     ``tensorboard``; off by default"""
@@ -474,6 +497,10 @@ class RunConfig:
                f"run.cpus_per_agent > 0 (got {self.gpus_per_agent}, {self.cpus_per_agent}); e.g. run.cpus_per_agent=1")
         _check(self.placement in PLACEMENTS, f"run.placement must be one of {', '.join(PLACEMENTS)} (got "
                f"{self.placement!r}); e.g. run.placement=timeshare (agents share a GPU) or run.placement=auto")
+        _check(isinstance(self.agent_resources, Mapping), f"run.agent_resources must map agent names to Ray "
+               f"resources (got {self.agent_resources!r}); write e.g. run.agent_resources={{a0: {{node_a: 1}}}}")
+        for agent, resources in self.agent_resources.items():
+            check_resources(resources, f"run.agent_resources.{agent}")
         bad = [t for t in self.trackers if t not in TRACKERS]
         _check(not bad, f"run.trackers: unknown tracker {bad[0]!r} (known: {', '.join(TRACKERS)}); e.g. "
                "run.trackers=[tensorboard]" if bad else "")

@@ -28,9 +28,9 @@ __all__ = ["AgentEntry", "RunRecord", "STATUSES", "VOLATILE"]
 STATUSES = ("running", "finished", "failed")
 
 
-#: Fields that say when and how fast a run ran (and what it was named after), not what it produced: two runs of one
+#: Fields that say when, where and how fast a run ran (and what it was named after), not what it produced: two runs of one
 #: config differ in them and nothing else (:meth:`RunRecord.comparable`).
-VOLATILE = frozenset({"run_id", "started_at", "finished_at", "wall_seconds", "timings", "resumed_at"})
+VOLATILE = frozenset({"run_id", "started_at", "finished_at", "wall_seconds", "timings", "resumed_at", "actors"})
 
 
 def _is_int(value: Any) -> bool:
@@ -113,6 +113,7 @@ class RunRecord:
     rephrase: Any = None  # the rephrased view's model, cache and statistics (hf profile)
     selection: Any = None  # eval.select: rule, benchmark and each agent's chosen phase
     resumed_at: Optional[tuple[str, ...]] = None  # ISO time of each resume
+    actors: Any = None  # run.backend=ray: agent -> where its actor ran (Ray node id, host, pid, device, resources)
     error: Optional[str] = None  # why a failed run failed (one line)
     finished_at: Optional[str] = None
     wall_seconds: Optional[float] = None  # wall time over all of the run's processes

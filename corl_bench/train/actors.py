@@ -13,10 +13,14 @@ actor itself (``checkpoint(dir)`` / ``restore(dir)``): weights and optimiser sta
 
 Everything an agent computes is the same as in one process: each actor seeds torch with ``run.seed`` as the
 in-process runner does, and every agent's sampling has its own seed, so metrics, predictions and weights equal
-those of ``run.backend=local`` (tested). Multi-node: ``ray start --head`` on one machine, ``ray start
---address=<head>:6379`` on the others (each with corl-bench installed and the results directory on a shared
-filesystem: the actors write their checkpoints there), then ``corl-bench run ... --set run.backend=ray`` on the
-head.
+those of ``run.backend=local`` (tested, on one node and on a two-node cluster). Multi-node: ``ray start --head`` on
+one machine, ``ray start --address=<head>:6379`` on the others (each with corl-bench installed and the results
+directory on a shared filesystem: the actors write their checkpoints there), then ``corl-bench run ... --set
+run.backend=ray`` on the head. An agent is pinned to a node by a custom resource that node advertises (``ray start
+--resources '{"node_a": 1}'``) and the agent asks for (its ``resources``, or ``run.agent_resources``); an agent no
+node can host, or more than the cluster holds in all, is refused at once (:func:`check_nodes`) instead of
+waiting forever. Where each actor ran (Ray node id, host, pid, device) is recorded in run.json (``actors``), and
+who wrote each checkpoint file in the checkpoint's ``writers.json``.
 """
 
 from __future__ import annotations
@@ -106,21 +110,32 @@ class AgentHost:
                            freeze_vision=cfg.model.freeze_vision)
 
     def call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        """The agent's boundary call ``method`` (one of :data:`BOUNDARY`), made in this actor."""
+        """The agent's boundary call ``method`` (one of :data:`BOUNDARY`), made in this actor (a checkpoint's
+        receipt names this actor's node)."""
         if method not in BOUNDARY:
             raise AttributeError(f"{method} is not part of the agent boundary ({', '.join(BOUNDARY)})")
-        return getattr(self.agent, method)(*args, **kwargs)
+        out = getattr(self.agent, method)(*args, **kwargs)
+        if method == "checkpoint":
+            import dataclasses
+
+            out = dataclasses.replace(out, node=_ray().get_runtime_context().get_node_id())
+        return out
 
     def tokenizer(self) -> Any:
         return self.agent.tokenizer
 
     def where(self) -> dict[str, Any]:
+        """Where this actor runs: Ray node id and address, host, pid, torch threads, device, the Ray resources it
+        holds."""
         import socket
 
         import torch
 
-        return {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
-                "device": str(next(self.agent.model.parameters()).device)}
+        ctx = _ray().get_runtime_context()
+        return {"node": ctx.get_node_id(), "node_ip": _ray().util.get_node_ip_address(), "host": socket.gethostname(),
+                "pid": os.getpid(), "threads": torch.get_num_threads(),
+                "device": str(next(self.agent.model.parameters()).device),
+                "resources": {k: v for k, v in sorted(ctx.get_assigned_resources().items())}}
 
 
 class Pending:
@@ -145,11 +160,12 @@ class RayAgent:
     (:data:`BOUNDARY`) block, plus :meth:`submit`, which starts one and returns at once (a
     :class:`~corl_bench.train.boundary.Submitting` handle)."""
 
-    def __init__(self, handle: Any, spec: Any, tokenizer: Any) -> None:
+    def __init__(self, handle: Any, spec: Any, tokenizer: Any, where: dict[str, Any] | None = None) -> None:
         self.handle = handle
         self.spec = spec
         self.name = spec.name
         self.tokenizer = tokenizer  # a copy, for rendering evaluation prompts with the agent's chat template
+        self.where = where or {}  # AgentHost.where(): Ray node, host, pid, device, resources
 
     def submit(self, method: str, *args: Any, **kwargs: Any) -> Pending:
         """The boundary call ``method`` started on the actor; :meth:`Pending.result` waits for it."""
@@ -163,32 +179,80 @@ class RayAgent:
         return lambda *args, **kwargs: self.submit(attr, *args, **kwargs).result()
 
 
+def demands(cfg: Any, gpus: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
+    """agent -> the Ray resources its actor asks for: ``CPU``, ``GPU`` (when > 0: ``gpus``, the placement's
+    reservation per agent in cohort order, else as configured) and its custom ``resources``."""
+    gpus = placement.wanted_gpus(cfg) if gpus is None else gpus
+    out = {}
+    for spec, g in zip(cfg.cohort.agents, gpus):
+        cpus = spec.cpus if spec.cpus is not None else cfg.run.cpus_per_agent
+        out[spec.name] = {"CPU": float(cpus), **({"GPU": float(g)} if g else {}),
+                          **{k: float(v) for k, v in spec.resources.items()}}
+    return out
+
+
+def _shown(resources: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items()) if k != "memory" and
+                     k != "object_store_memory" and not k.startswith("node:")) or "nothing"
+
+
+def check_nodes(wanted: dict[str, dict[str, float]], nodes: Sequence[dict[str, float]]) -> None:
+    """One-line MachineError unless every agent's ``wanted`` resources fit one of ``nodes`` (each node's total
+    resources, as ``ray.nodes()`` lists them) and all agents together fit the cluster's totals: otherwise Ray would
+    keep the actor waiting forever. (A cluster whose autoscaler adds nodes on demand is refused too: start the
+    nodes first.)"""
+    from corl_bench.config import MachineError
+
+    offered = "; ".join(f"node {i}: {_shown(n)}" for i, n in enumerate(nodes)) or "no node"
+    for name, need in wanted.items():
+        if not any(all(n.get(k, 0.0) >= v for k, v in need.items()) for n in nodes):
+            raise MachineError(f"no Ray node can host agent {name} ({_shown(need)}; the cluster has {offered}): "
+                               "start a node that advertises it (ray start --address=<head> --resources "
+                               "'{\"<name>\": 1}'), or lower the agent's cpus / gpus / resources")
+    total: dict[str, float] = {}
+    for need in wanted.values():
+        for k, v in need.items():
+            total[k] = total.get(k, 0.0) + v
+    for k, v in sorted(total.items()):
+        have = sum(n.get(k, 0.0) for n in nodes)
+        if have < v:
+            raise MachineError(f"the agents need {k}={v:g} together and the Ray cluster has {k}={have:g} in all "
+                               f"({offered}): add nodes, or give each agent less (run.cpus_per_agent, "
+                               "run.gpus_per_agent, the agents' resources)")
+
+
 def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[RayAgent]:
-    """One actor per cohort agent, with its resources; returns their handles once every agent is built."""
+    """One actor per cohort agent, with its resources (checked against the cluster first); returns their handles
+    once every agent is built, each with :attr:`RayAgent.where` it runs."""
     ray = init_ray(cfg.run.ray_address)
+    place = placement.resolve(cfg, float(ray.cluster_resources().get("GPU", 0.0)))
+    wanted = demands(cfg, place.gpus)
+    check_nodes(wanted, [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")])
+    options = placement.engine_options(cfg, place)
+    log.info("ray: placement %s", place.describe())
     env = forwarded_env()
     remote = ray.remote(AgentHost)
     families = runtime_families(s.family for s in cfg.cohort.agents)
-    place = placement.resolve(cfg, float(ray.cluster_resources().get("GPU", 0.0)))
-    options = placement.engine_options(cfg, place)
-    log.info("ray: placement %s", place.describe())
     handles = []
-    for spec, gpus in zip(cfg.cohort.agents, place.gpus):
-        cpus = spec.cpus if spec.cpus is not None else cfg.run.cpus_per_agent
-        threads = cfg.model.threads or max(1, int(cpus))
-        handles.append(remote.options(num_cpus=cpus, num_gpus=gpus, name=None, max_restarts=0,
+    for spec in cfg.cohort.agents:
+        need = wanted[spec.name]
+        threads = cfg.model.threads or max(1, int(need["CPU"]))
+        handles.append(remote.options(num_cpus=need["CPU"], num_gpus=need.get("GPU", 0.0),
+                                      resources=dict(spec.resources) or None, name=None, max_restarts=0,
                                       runtime_env={"env_vars": env}).remote(cfg, spec, tuple(auxiliary), threads,
                                                                           families, options))
     try:
         toks = ray.get([h.tokenizer.remote() for h in handles])
+        wheres = ray.get([h.where.remote() for h in handles])
     except ray.exceptions.RayTaskError as e:
         stop_agents(handles)
         cause = getattr(e, "cause", None)
         raise (cause if isinstance(cause, BaseException) else e) from None
-    agents = [RayAgent(h, s, t) for h, s, t in zip(handles, cfg.cohort.agents, toks)]
-    for a, where in zip(agents, ray.get([h.where.remote() for h in handles])):
-        log.info("agent %s: actor on %s (pid %s, %s threads, %s)", a.name, where["host"], where["pid"],
-                 where["threads"], where["device"])
+    agents = [RayAgent(h, s, t, w) for h, s, t, w in zip(handles, cfg.cohort.agents, toks, wheres)]
+    for a in agents:
+        w = a.where
+        log.info("agent %s: actor on node %s (%s, pid %s, %s threads, %s, %s)", a.name, w["node"][:12], w["host"],
+                 w["pid"], w["threads"], w["device"], _shown(w["resources"]))
     return agents
 
 

@@ -42,8 +42,8 @@ from corl_bench.rollout import Completion, Prompt, SamplingParams, make_engine
 from corl_bench.rollout.encode import Encoded, Processor, encode
 from corl_bench.train import grpo, prefix
 from corl_bench.train import memory as memops
-from corl_bench.train.boundary import POLICY, SampleStats, TrainSample, UpdateStats, checkpoint_file
-from corl_bench.train.checkpoint import save_synced
+from corl_bench.train.boundary import POLICY, CheckpointFile, SampleStats, TrainSample, UpdateStats, checkpoint_file
+from corl_bench.train.checkpoint import write_agent_state
 
 log = logging.getLogger(__name__)
 
@@ -547,9 +547,9 @@ class Agent:
         return self.step(fwd, adv, max_len=max_len)
 
     # ------------------------------------------------------------------ persistence
-    def checkpoint(self, directory: Path) -> None:
+    def checkpoint(self, directory: Path) -> CheckpointFile:
         """:meth:`state_dict` written (``torch.save``, fsynced) to ``directory/agent-<name>.pt`` from this process."""
-        save_synced(self.state_dict(), checkpoint_file(directory, self.name))
+        return write_agent_state(self.state_dict(), checkpoint_file(directory, self.name), self.name)
 
     def restore(self, directory: Path) -> None:
         """:meth:`load_state_dict` of what :meth:`checkpoint` wrote into ``directory``."""

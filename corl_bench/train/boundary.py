@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BOUNDARY", "AgentGroup", "AgentHandle", "SampleStats", "Submitting", "TrainSample", "UpdateStats",
-           "boundary_calls", "checkpoint_file"]
+__all__ = ["BOUNDARY", "AgentGroup", "AgentHandle", "CheckpointFile", "SampleStats", "Submitting", "TrainSample",
+           "UpdateStats", "boundary_calls", "checkpoint_file"]
 
 POLICY = "policy"
 T = TypeVar("T")
@@ -65,6 +65,19 @@ class UpdateStats:
     n_tokens: int
     logp_gap_mean: float | None = None  # mean |training forward - rollout engine| log-prob of the sampled tokens
     logp_gap_max: float | None = None  # its max (None where the engine gave no log-probs)
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """What an agent wrote into a checkpoint folder, and where from: the file's name and size, and the host,
+    process and (under Ray) node that wrote it. The controller records it (``writers.json``); the state itself
+    never crosses."""
+
+    file: str
+    bytes: int
+    host: str
+    pid: int
+    node: str = ""  # the Ray node id of the agent's actor ("" in-process)
 
 
 def checkpoint_file(directory: Path, name: str) -> Path:
@@ -109,10 +122,10 @@ class AgentHandle(Protocol):
         """Drop everything scored since the last update (a step that failed before its update)."""
         ...
 
-    def checkpoint(self, directory: Path) -> None:
+    def checkpoint(self, directory: Path) -> CheckpointFile:
         """Write weights, optimiser state, KL reference and auxiliary models to ``checkpoint_file(directory,
-        name)`` from where the agent lives (fsynced before it returns). ``directory`` must be reachable from the
-        agent's process: on a multi-node cluster, a shared filesystem."""
+        name)`` from where the agent lives (fsynced before it returns); returns what was written, by whom.
+        ``directory`` must be reachable from the agent's process: on a multi-node cluster, a shared filesystem."""
         ...
 
     def restore(self, directory: Path) -> None:
@@ -251,10 +264,11 @@ class AgentGroup:
         """Every agent drops what it scored since its last update."""
         self._each(lambda a: a.discard())
 
-    def checkpoint(self, directory: Path) -> None:
+    def checkpoint(self, directory: Path) -> dict[str, CheckpointFile]:
         """Every agent writes its state to ``directory/agent-<name>.pt`` from its own process (see
-        :meth:`AgentHandle.checkpoint`: on a multi-node cluster ``directory`` is on a shared filesystem)."""
-        self._each(lambda a: a.checkpoint(directory))
+        :meth:`AgentHandle.checkpoint`: on a multi-node cluster ``directory`` is on a shared filesystem); agent ->
+        what it wrote, by whom."""
+        return self._each(lambda a: a.checkpoint(directory))
 
     def restore(self, directory: Path) -> None:
         """Every agent reads its state back from ``directory/agent-<name>.pt``."""

@@ -5,6 +5,8 @@ Layout under ``<run>/checkpoints/``::
     step-000020/                 a complete checkpoint: training resumes at step 20
         agent-<name>.pt          weights, AdamW state, KL reference, auxiliary models (Agent.state_dict(),
                                  torch.save), written by the agent itself (Agent.checkpoint)
+        writers.json             agent -> the file it wrote, its size, and the host, process and Ray node that
+                                 wrote it (what Agent.checkpoint returned; the state itself never crosses)
         state.pt                 step, data-stream position, method state, Python / NumPy / torch RNG states
         COMPLETE                 written last; a folder without it is an interrupted write and is ignored
     latest                       the name of the newest complete checkpoint (replaced atomically)
@@ -14,22 +16,26 @@ is fsynced and renamed into place, ``latest`` is replaced atomically, and only t
 so at every instant the previous good checkpoint exists. Each agent writes (and on resume reads) its own file from
 the process it lives in (:meth:`corl_bench.train.boundary.AgentGroup.checkpoint`): weights and optimiser state never
 pass through the controller. With ``run.backend=ray`` on several machines the run directory (so the checkpoint
-folder) must therefore be on a filesystem every node shares. Rollout sampling needs no RNG state of its own: every
+folder) must therefore be on a filesystem every node shares; an agent that does not see the folder the controller
+made says so (:func:`write_agent_state`). Rollout sampling needs no RNG state of its own: every
 generate call is seeded from (run seed, agent, step), so restoring the step restores the samplers.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import random
 import re
 import shutil
+import socket
 from pathlib import Path
 from typing import Any, Sequence
 
 from corl_bench.results import RunDir
-from corl_bench.train.boundary import AgentGroup, AgentHandle
+from corl_bench.train.boundary import AgentGroup, AgentHandle, CheckpointFile
 
 log = logging.getLogger(__name__)
 COMPLETE = "COMPLETE"
@@ -52,6 +58,19 @@ def save_synced(obj: Any, path: Path) -> None:
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_agent_state(state: dict[str, Any], path: Path, agent: str) -> CheckpointFile:
+    """An agent's ``state`` saved to ``path`` (fsynced) by the calling process, the agent's own; returns what it
+    wrote and from where. The folder is the controller's: when it is not there, this process does not share the
+    controller's filesystem (one-line error naming the fix)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise RuntimeError(f"agent {agent} on {socket.gethostname()} cannot see the checkpoint folder {path.parent} "
+                           "the controller made: put run.output_dir on a filesystem every Ray node shares (the agents "
+                           "write their own checkpoints)")
+    save_synced(state, path)
+    return CheckpointFile(file=path.name, bytes=path.stat().st_size, host=socket.gethostname(), pid=os.getpid())
 
 
 def rng_state() -> dict[str, Any]:
@@ -82,7 +101,11 @@ def save_checkpoint(run_dir: Path, step: int, agents: AgentGroup | Sequence[Agen
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    AgentGroup.of(agents).checkpoint(tmp)
+    writers = AgentGroup.of(agents).checkpoint(tmp)
+    with open(tmp / "writers.json", "w") as f:
+        json.dump({name: dataclasses.asdict(w) for name, w in writers.items()}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
     save_synced({**trainer_state, "step": step, "rng": rng_state()}, tmp / "state.pt")
     with open(tmp / COMPLETE, "w") as f:
         f.write(f"{step}\n")

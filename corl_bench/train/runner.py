@@ -73,10 +73,25 @@ def _resolve_cohort(cfg: Config) -> tuple[Config, Any]:
     if cohort.profile and cohort.profile != profile_name:
         raise ConfigError(f"cohort {cohort.name!r} is defined for profile {cohort.profile!r}, not "
                           f"{profile_name!r}; pick a cohort of that profile (corl-bench ls cohorts)")
-    cfg = cfg.replace(cohort=cohort)
+    cfg = cfg.replace(cohort=_placed(cohort, cfg.run.agent_resources))
     if profile_name != cfg.model.profile:
         cfg = cfg.replace(model=dataclasses.replace(cfg.model, profile=profile_name))
     return cfg, profile_cls
+
+
+def _placed(cohort: Any, by_name: Any) -> Any:
+    """``cohort`` with ``run.agent_resources`` written into its agents' ``resources`` (one-line ConfigError for a
+    name that is not an agent of the cohort)."""
+    if not by_name:
+        return cohort
+    names = [a.name for a in cohort.agents]
+    unknown = [n for n in by_name if n not in names]
+    if unknown:
+        raise ConfigError(f"run.agent_resources names agent {unknown[0]!r}, which cohort {cohort.name!r} does not "
+                          f"have (its agents: {', '.join(names)}); use those names")
+    agents = tuple(dataclasses.replace(a, resources=dict(by_name[a.name])) if a.name in by_name else a
+                   for a in cohort.agents)
+    return dataclasses.replace(cohort, agents=agents)
 
 
 def resolve(cfg: Config) -> Plan:

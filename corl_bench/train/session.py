@@ -209,6 +209,7 @@ class Session:
             from corl_bench.train.actors import start_agents
 
             self.agents = self.actors = start_agents(cfg, self.plan.method_cls.auxiliary)
+            self.record = self.record.replace(actors={a.name: a.where for a in self.actors})
         else:
             self.agents = build_agents(self.plan, self.profile)
         self.method = self.plan.method_cls(self.plan.options, cfg.cohort.agents)
