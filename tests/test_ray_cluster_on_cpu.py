@@ -113,7 +113,8 @@ def _free_ports(n: int) -> list[int]:
 
 class Cluster:
     """A head and one more node of a fresh Ray cluster on this machine (``ray start --block``, each in its own
-    process group), with a temp dir, ports and auth token of its own; :meth:`stop` kills exactly those processes."""
+    process group), with a temp dir, ports and auth token of its own; :meth:`stop` kills exactly those processes.
+    Each node offers 2 CPUs, room for both agents: only their resources keep them apart."""
 
     def __init__(self) -> None:
         self.ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
@@ -129,7 +130,7 @@ class Cluster:
         per_node = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
                     "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port"]
         cmd = [self.ray, "start", *head_args, "--node-ip-address", "127.0.0.1", "--temp-dir", str(self.tmp),
-               "--num-cpus", "1", "--resources", json.dumps({resource: 1}), "--object-store-memory",
+               "--num-cpus", "2", "--resources", json.dumps({resource: 1}), "--object-store-memory",
                str(100 * 2**20), "--include-log-monitor", "false", "--disable-usage-stats", "--block",
                "--min-worker-port", "0", "--max-worker-port", "0",
                *[x for flag, port in zip(per_node, ports) for x in (flag, str(port))]]
