@@ -97,6 +97,7 @@ def test_an_agent_no_node_can_host_is_refused_instead_of_waiting_forever(tmp_pat
         check_nodes(wanted, [{"CPU": 2.0}, {"node_a": 1.0, "node_b": 1.0}])
     with pytest.raises(MachineError, match=r"the agents need CPU=2 together and the Ray cluster has CPU=1\.5"):
         check_nodes(wanted, [{"CPU": 1.0, "node_a": 1.0, "node_b": 1.0}, {"CPU": 0.5}])
+    check_nodes({f"a{i}": {"CPU": 1.0, "GPU": 0.1} for i in range(3)}, [{"CPU": 3.0, "GPU": 0.3}])  # 3 x 0.1 fits
 
 
 # ---------------------------------------------------------------------- a two-node cluster

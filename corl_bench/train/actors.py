@@ -205,7 +205,7 @@ def check_nodes(wanted: dict[str, dict[str, float]], nodes: Sequence[dict[str, f
 
     offered = "; ".join(f"node {i}: {_shown(n)}" for i, n in enumerate(nodes)) or "no node"
     for name, need in wanted.items():
-        if not any(all(n.get(k, 0.0) >= v for k, v in need.items()) for n in nodes):
+        if not any(all(n.get(k, 0.0) >= v - 1e-9 for k, v in need.items()) for n in nodes):
             raise MachineError(f"no Ray node can host agent {name} ({_shown(need)}; the cluster has {offered}): "
                                "start a node that advertises it (ray start --address=<head> --resources "
                                "'{\"<name>\": 1}'), or lower the agent's cpus / gpus / resources")
@@ -215,7 +215,7 @@ def check_nodes(wanted: dict[str, dict[str, float]], nodes: Sequence[dict[str, f
             total[k] = total.get(k, 0.0) + v
     for k, v in sorted(total.items()):
         have = sum(n.get(k, 0.0) for n in nodes)
-        if have < v:
+        if have < v - 1e-9:  # shares such as 3 x 0.1 GPU add up to a hair over 0.3
             raise MachineError(f"the agents need {k}={v:g} together and the Ray cluster has {k}={have:g} in all "
                                f"({offered}): add nodes, or give each agent less (run.cpus_per_agent, "
                                "run.gpus_per_agent, the agents' resources)")
