@@ -301,6 +301,9 @@ class AgentSpec:
     """``run.backend=ray``: custom Ray resources this agent's actor needs, e.g. ``{node_a: 1}`` to pin it to the
     node started with ``ray start --resources '{"node_a": 1}'``; empty = none (``run.agent_resources`` can set it
     by agent name)"""
+    ranks: int | None = None
+    """worker processes that train this agent's one model together (FSDP2-sharded, :mod:`corl_bench.train.sharded`);
+    empty = run.ranks_per_agent"""
 
     def __post_init__(self) -> None:
         _check(self.lora_rank is None or self.lora_rank >= 0, f"cohort agent {self.name!r}: lora_rank must be >= 0 "
@@ -314,6 +317,10 @@ class AgentSpec:
             _check(val is None or val >= 0, f"cohort agent {self.name!r}: {what} must be >= 0 (got {val}); leave it "
                    f"out to use run.{what}_per_agent")
         check_resources(self.resources, f"cohort agent {self.name!r}: resources")
+        _check(self.ranks is None or (isinstance(self.ranks, int) and not isinstance(self.ranks, bool)
+                                      and self.ranks >= 1),
+               f"cohort agent {self.name!r}: ranks must be an integer >= 1 (got {self.ranks!r}); leave it out to use "
+               "run.ranks_per_agent")
         _check(self.device == "" or _valid_device(self.device),
                f"cohort agent {self.name!r}: device must be auto, cpu, cuda or cuda:N (got {self.device!r}); "
                "leave it out to use model.device")
@@ -478,6 +485,10 @@ class RunConfig:
     """``run.backend=ray``: custom Ray resources by agent name, e.g. ``{a0: {node_a: 1}, a1: {node_b: 1}}`` to
     place the agents of a registered cohort on the nodes that advertise them; replaces that agent's own
     ``resources``"""
+    ranks_per_agent: int = 0
+    """worker processes per agent that train its one model together, sharded with PyTorch FSDP2 (a cohort agent's
+    ``ranks`` overrides it; :mod:`corl_bench.train.sharded`). 0 = automatic: the agent's GPUs when it has more than
+    one (one rank per GPU), else 1 (the agent in one process, as always). On CPU the ranks use gloo"""
     trackers: tuple[str, ...] = ()
     """experiment trackers that mirror metrics.jsonl (which stays the source of truth): ``wandb``,
     ``tensorboard``; off by default"""
@@ -501,6 +512,9 @@ class RunConfig:
                f"resources (got {self.agent_resources!r}); write e.g. run.agent_resources={{a0: {{node_a: 1}}}}")
         for agent, resources in self.agent_resources.items():
             check_resources(resources, f"run.agent_resources.{agent}")
+        _check(isinstance(self.ranks_per_agent, int) and self.ranks_per_agent >= 0,
+               f"run.ranks_per_agent must be an integer >= 0 (got {self.ranks_per_agent!r}); set run.ranks_per_agent=2 "
+               "(0 = one rank per GPU of the agent)")
         bad = [t for t in self.trackers if t not in TRACKERS]
         _check(not bad, f"run.trackers: unknown tracker {bad[0]!r} (known: {', '.join(TRACKERS)}); e.g. "
                "run.trackers=[tensorboard]" if bad else "")
@@ -526,6 +540,18 @@ class Config:
 
     def replace(self, **sections: Any) -> "Config":
         return dataclasses.replace(self, **sections)
+
+
+def agent_resources(spec: AgentSpec, run: RunConfig) -> tuple[int, float, float]:
+    """(ranks, GPUs, CPUs) of one cohort agent: its own ``ranks`` / ``gpus`` / ``cpus``, else the run's per-agent
+    values; ``run.ranks_per_agent=0`` (the default) gives one rank per GPU when the agent has more than one GPU
+    (a whole number of them), else one rank. GPUs and CPUs are the agent's, shared evenly by its ranks."""
+    gpus = spec.gpus if spec.gpus is not None else run.gpus_per_agent
+    cpus = spec.cpus if spec.cpus is not None else run.cpus_per_agent
+    ranks = spec.ranks if spec.ranks is not None else run.ranks_per_agent
+    if not ranks:
+        ranks = int(gpus) if gpus > 1 and float(gpus).is_integer() else 1
+    return ranks, gpus, cpus
 
 
 # ------------------------------------------------------------------------------------------- loading

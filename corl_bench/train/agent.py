@@ -477,9 +477,7 @@ class Agent:
                 engine.sleep()
         masks = [b.mask for b in batches]
         counts = torch.cat([m.sum(-1) for m in masks])
-        width = max(m.shape[1] for m in masks)
-        denom = grpo.aggregate_denominator(counts, self.cfg.loss_agg, width, max_len)
-        tok_denom = grpo.aggregate_denominator(counts, "token-mean", width)
+        denom, tok_denom = self._denominators(counts, max(m.shape[1] for m in masks), max_len)
         totals = torch.zeros(4, dtype=torch.float64)  # loss, pg_loss, kl, clip_fraction
         gaps = []  # |trainer - engine| log-probs of the sampled tokens, per micro-batch
         self.optimizer.zero_grad(set_to_none=True)
@@ -506,6 +504,18 @@ class Agent:
                                     float(out.clip_fraction)], dtype=torch.float64)
             del logp, ref_logp, out
         grad_norm = self._apply_gradients()
+        return self._update_stats(batches, counts, totals, gaps, grad_norm)
+
+    def _denominators(self, counts: torch.Tensor, width: int, max_len: int | None) -> tuple[float, float]:
+        """The whole update's loss denominator (``grpo.loss_agg``) and token count, from its (N,) token counts and
+        padded width T (a sharded agent's ranks hold slices of the batch: :mod:`corl_bench.train.sharded`)."""
+        return (grpo.aggregate_denominator(counts, self.cfg.loss_agg, width, max_len),
+                grpo.aggregate_denominator(counts, "token-mean", width))
+
+    def _update_stats(self, batches: Sequence[MicroBatch | PolicyForward], counts: torch.Tensor,
+                      totals: torch.Tensor, gaps: list[torch.Tensor], grad_norm: torch.Tensor) -> UpdateStats:
+        """The update's statistics from its micro-batches, (N,) token counts, summed (loss, pg_loss, kl,
+        clip_fraction) shares and per-micro-batch log-prob gaps."""
         entropy = torch.cat([b.entropy for b in batches])
         n_tok = counts.to(entropy.dtype)
         mean_entropy = float((entropy * n_tok).sum() / n_tok.sum().clamp(min=1))
@@ -552,8 +562,16 @@ class Agent:
         return write_agent_state(self.state_dict(), checkpoint_file(directory, self.name), self.name)
 
     def restore(self, directory: Path) -> None:
-        """:meth:`load_state_dict` of what :meth:`checkpoint` wrote into ``directory``."""
-        self.load_state_dict(torch.load(checkpoint_file(directory, self.name), weights_only=False))
+        """:meth:`load_state_dict` of what :meth:`checkpoint` wrote into ``directory``; a checkpoint written by a
+        sharded agent (``agent-<name>.dcp/``, several ranks) is read through torch.distributed.checkpoint, which
+        reassembles the shards for this one process (:func:`corl_bench.train.sharded.load_distributed`)."""
+        path = checkpoint_file(directory, self.name)
+        if not path.exists() and path.with_suffix(".dcp").is_dir():
+            from corl_bench.train.sharded import load_distributed
+
+            load_distributed(self, path.with_suffix(".dcp"))
+            return
+        self.load_state_dict(torch.load(path, weights_only=False))
 
     def state_dict(self) -> dict[str, Any]:
         """Policy weights, AdamW state, the KL reference and the other auxiliary models (in-process; the

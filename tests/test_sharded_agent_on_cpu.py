@@ -1,0 +1,132 @@
+"""A sharded agent on CPU (gloo): 2 ranks, FSDP2 (``corl_bench.train.sharded``), against the plain 1-process agent.
+
+The ranks are spawned local processes (``ProcessRanks``, what ``run.backend=local`` uses; ``run.backend=ray`` puts the
+same ``RankHost`` in Ray actors). One test, two 2-rank groups, so that processes start only twice (~15 s each on a
+busy 2-core machine):
+
+- rollouts from the 2-rank agent equal the 1-rank agent's (rank 0 samples from the full copy of the policy);
+- one update on 2 ranks (each scoring half of the samples) gives the parameters of the 1-rank update within float
+  tolerance (the difference is reported), with the same loss, KL and token count;
+- a checkpoint written by the 2 ranks (DCP) resumes on 2 fresh ranks and their next update equals, bit for bit, the
+  next update of the uninterrupted 2-rank run;
+- the same checkpoint loads into a plain 1-process agent (parameters equal to the 2-rank ones bit for bit), and its
+  next update (from the resharded AdamW state) matches the 2-rank one within float tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from corl_bench.config import AgentSpec, GRPOConfig
+from corl_bench.rollout import SamplingParams
+from corl_bench.train.agent import Agent
+from corl_bench.train.boundary import TrainSample
+from tests.conftest import build_tiny
+
+SPEC = AgentSpec(name="a0", family="tiny-qwen2-bpe")
+# a KL term (so the reference model is checkpointed too) and a lr large enough that the step moves every weight
+GRPO = GRPOConfig(lr=1e-2, kl_coef=0.05)
+PROMPTS = ["12+7=", "3*4=", "20-13=", "8+9="]
+TOL = 1e-5
+
+
+def tiny_qwen(device: str):
+    """Every rank builds the same tiny model (``build_tiny`` seeds itself)."""
+    model, tok = build_tiny("qwen2-bpe")
+    return model.to(device), tok
+
+
+def _weights(folder) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def _max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def _samples(agent: Agent, seed: int) -> list[TrainSample]:
+    comps = agent.generate(PROMPTS, SamplingParams(n=3, max_new_tokens=10, seed=seed))
+    return [TrainSample(p, c) for p, group in zip(PROMPTS, comps) for c in group]
+
+
+def _advantages(n: int, shift: int) -> list[float]:
+    return [float(((i + shift) % 5) - 2) / 2 for i in range(n)]
+
+
+def _group():
+    from corl_bench.train.ranks import ProcessRanks, ShardedAgentHandle
+    from corl_bench.train.sharded import Recipe
+
+    recipe = Recipe(spec=SPEC, load=tiny_qwen, grpo=GRPO, seed=0, threads=1)
+    return ShardedAgentHandle(SPEC, ProcessRanks(recipe, 2))
+
+
+def test_two_ranks_update_like_one_rank_and_their_checkpoint_resumes_on_two_and_loads_on_one(tmp_path):
+    base_model, tok = tiny_qwen("cpu")
+    plain = Agent(SPEC, copy.deepcopy(base_model), tok, GRPO)
+    params = SamplingParams(n=3, max_new_tokens=10, seed=11)
+    first, second = _samples(plain, 1), _samples(plain, 2)  # from the initial policy: fixed inputs for both runs
+    adv1, adv2 = _advantages(len(first), 0), _advantages(len(second), 3)
+
+    sharded = _group()
+    try:
+        assert sharded.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
+        stats1 = sharded.score(first)
+        up1 = sharded.update(adv1)
+        sharded.save(tmp_path / "two-after-1")
+        sharded.checkpoint(tmp_path / "ckpt")
+        sharded.score(second)
+        up2 = sharded.update(adv2)
+        sharded.save(tmp_path / "two-after-2")
+    finally:
+        sharded.close()
+    assert (tmp_path / "ckpt" / "agent-a0.dcp").is_dir()
+
+    # 2 ranks vs 1 rank: the same update within float tolerance
+    plain_stats = plain.score(first)
+    plain_up = plain.update(adv1)
+    plain.save(tmp_path / "one-after-1")
+    two, one = _weights(tmp_path / "two-after-1"), _weights(tmp_path / "one-after-1")
+    diff = _max_diff(two, one)
+    moved = _max_diff(one, {k: v.detach() for k, v in base_model.state_dict().items() if k in one})
+    # the key bias has a zero true gradient (a constant added to every key shifts all of a query's scores
+    # alike), so AdamW's first step turns its rounding noise into a step of up to lr: the largest difference
+    rest = _max_diff(*({k: v for k, v in d.items() if "k_proj.bias" not in k} for d in (two, one)))
+    print(f"max |param diff| 2 ranks vs 1 rank: {diff:.3g} ({rest:.3g} without the key biases; update size "
+          f"{moved:.3g})")
+    assert moved > 1e-3 and diff < TOL
+    assert stats1.entropy == pytest.approx(plain_stats.entropy, abs=1e-5)
+    assert up1.n_tokens == plain_up.n_tokens
+    for key in ("loss", "pg_loss", "kl", "clip_fraction", "grad_norm", "entropy", "logp_gap_mean"):
+        assert getattr(up1, key) == pytest.approx(getattr(plain_up, key), rel=1e-4, abs=1e-6), key
+
+    # the 2-rank checkpoint resumes on 2 fresh ranks bit-identically
+    resumed = _group()
+    try:
+        resumed.restore(tmp_path / "ckpt")
+        resumed.score(second)
+        up2b = resumed.update(adv2)
+        resumed.save(tmp_path / "resumed-after-2")
+    finally:
+        resumed.close()
+    after2, after2b = _weights(tmp_path / "two-after-2"), _weights(tmp_path / "resumed-after-2")
+    assert all(torch.equal(after2[k], after2b[k]) for k in after2)
+    assert up2b == up2
+
+    # ... and loads on 1 rank: the same weights, and the AdamW state carries on
+    single = Agent(SPEC, copy.deepcopy(base_model), tok, GRPO)
+    single.restore(tmp_path / "ckpt")
+    loaded = {k: v for k, v in single.model.state_dict().items() if k in two}
+    assert all(torch.equal(loaded[k], two[k]) for k in two)
+    assert single.reference is not None and all(
+        torch.equal(a, b) for a, b in zip(single.reference.state_dict().values(), base_model.state_dict().values()))
+    single.score(second)
+    single.update(adv2)
+    single.save(tmp_path / "one-after-2")
+    assert _max_diff(_weights(tmp_path / "one-after-2"), after2) < TOL
