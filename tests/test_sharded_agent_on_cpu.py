@@ -130,3 +130,47 @@ def test_two_ranks_update_like_one_rank_and_their_checkpoint_resumes_on_two_and_
     single.update(adv2)
     single.save(tmp_path / "one-after-2")
     assert _max_diff(_weights(tmp_path / "one-after-2"), after2) < TOL
+
+
+def _run(root, out: str, ranks: int, backend: str = "local"):
+    import dataclasses
+
+    from corl_bench.config import load_config
+    from corl_bench.registries import FAMILIES
+    from corl_bench.train.runner import run
+    from tests.conftest import tiny_family
+
+    for name in ("qwen2-bpe", "neox-bpe"):
+        fam = dataclasses.replace(tiny_family(name, warmstart_steps=4, warmstart_batch=16), name=f"shard-{name}")
+        if fam.name not in FAMILIES:
+            FAMILIES.register(fam.name, fam)
+    return run(load_config(None, [
+        "method.name=corl", "cohort.name=tiny-pair",
+        f"cohort.agents=[{{name: a0, family: shard-qwen2-bpe, ranks: {ranks}}}, "
+        "{name: a1, family: shard-neox-bpe, seed_offset: 1}]",
+        "run.steps=2", "run.checkpoint_every=1", f"run.output_dir={root / out}", "run.run_id=r",
+        f"model.cache_dir={root / 'cache'}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4",
+        "rollout.max_new_tokens=10", "eval.max_problems=2", "eval.samples=1", "eval.max_new_tokens=8",
+        "grpo.lr=1e-3", "model.threads=1", f"run.backend={backend}"]))
+
+
+def _metrics(run_dir) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_run_with_a_two_rank_agent_trains_checkpoints_and_matches_the_one_rank_run(tmp_path):
+    import json
+
+    one, two = _run(tmp_path, "one", 1), _run(tmp_path, "two", 2)
+    assert json.loads((two / "run.json").read_text())["status"] == "finished"
+    ckpt = two / "checkpoints" / (two / "checkpoints" / "latest").read_text().strip()
+    assert (ckpt / "agent-a0.dcp").is_dir() and (ckpt / "agent-a1.pt").is_file()
+    assert (two / "checkpoints" / "final" / "a0" / "config.json").is_file()
+    m1, m2 = _metrics(one), _metrics(two)
+    assert [(r["step"], r["agent"]) for r in m1] == [(r["step"], r["agent"]) for r in m2]
+    first = {r["agent"]: r for r in m2 if r["step"] == 0}, {r["agent"]: r for r in m1 if r["step"] == 0}
+    for key in ("reward/mean", "len/mean", "policy/entropy", "policy/grad_norm", "policy/kl"):
+        for agent in ("a0", "a1"):  # step 0: the same rollouts, the same update statistics
+            assert first[0][agent][key] == pytest.approx(first[1][agent][key], rel=1e-4, abs=1e-6), (agent, key)

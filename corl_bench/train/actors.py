@@ -1,4 +1,5 @@
-"""``run.backend=ray``: every agent in its own Ray actor, the controller moving only plain data.
+"""``run.backend=ray``: every agent in its own Ray actor, the controller moving only plain data (an agent with several
+ranks: a group of actors, one per rank, in a placement group — :mod:`corl_bench.train.ranks`).
 
 Each actor builds its agent where it runs (the model is loaded on the actor's node, on the devices Ray reserved for
 it: ``run.gpus_per_agent`` / ``run.cpus_per_agent``, or a cohort agent's own ``gpus`` / ``cpus``), so weights never
@@ -221,9 +222,12 @@ def check_nodes(wanted: dict[str, dict[str, float]], nodes: Sequence[dict[str, f
                                "run.gpus_per_agent, the agents' resources)")
 
 
-def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[RayAgent]:
-    """One actor per cohort agent, with its resources (checked against the cluster first); returns their handles
-    once every agent is built, each with :attr:`RayAgent.where` it runs."""
+def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[Any]:
+    """One actor per cohort agent, with its resources (checked against the cluster first) — or, for an agent with
+    several ranks, a group of actors (:mod:`corl_bench.train.ranks`); returns their handles, in cohort order, once
+    every agent is built, each Ray actor's with :attr:`RayAgent.where` it runs."""
+    from corl_bench.config import agent_resources
+
     ray = init_ray(cfg.run.ray_address)
     place = placement.resolve(cfg, float(ray.cluster_resources().get("GPU", 0.0)))
     wanted = demands(cfg, place.gpus)
@@ -233,36 +237,56 @@ def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[RayAgent]:
     env = forwarded_env()
     remote = ray.remote(AgentHost)
     families = runtime_families(s.family for s in cfg.cohort.agents)
-    handles = []
-    for spec in cfg.cohort.agents:
-        need = wanted[spec.name]
-        threads = cfg.model.threads or max(1, int(need["CPU"]))
-        handles.append(remote.options(num_cpus=need["CPU"], num_gpus=need.get("GPU", 0.0),
-                                      resources=dict(spec.resources) or None, name=None, max_restarts=0,
-                                      runtime_env={"env_vars": env}).remote(cfg, spec, tuple(auxiliary), threads,
-                                                                          families, options))
+    handles, plain = [], []
+    sharded: dict[int, Any] = {}
     try:
+        for i, spec in enumerate(cfg.cohort.agents):
+            need = wanted[spec.name]
+            ranks = agent_resources(spec, cfg.run)[0]
+            if ranks > 1:  # the agent's GPUs (as placed) and CPUs shared by its ranks
+                from corl_bench.train.ranks import start_sharded
+
+                sharded[i] = start_sharded(cfg, spec, auxiliary, ranks, need.get("GPU", 0.0), need["CPU"],
+                                           engine_options=options)
+                continue
+            threads = cfg.model.threads or max(1, int(need["CPU"]))
+            handles.append(remote.options(num_cpus=need["CPU"], num_gpus=need.get("GPU", 0.0),
+                                          resources=dict(spec.resources) or None, name=None, max_restarts=0,
+                                          runtime_env={"env_vars": env}).remote(cfg, spec, tuple(auxiliary), threads,
+                                                                              families, options))
+            plain.append(spec)
         toks = ray.get([h.tokenizer.remote() for h in handles])
         wheres = ray.get([h.where.remote() for h in handles])
-    except ray.exceptions.RayTaskError as e:
-        stop_agents(handles)
-        cause = getattr(e, "cause", None)
-        raise (cause if isinstance(cause, BaseException) else e) from None
-    agents = [RayAgent(h, s, t, w) for h, s, t, w in zip(handles, cfg.cohort.agents, toks, wheres)]
-    for a in agents:
+    except BaseException as e:
+        stop_agents(handles + list(sharded.values()))
+        cause = getattr(e, "cause", None) if isinstance(e, ray.exceptions.RayTaskError) else None
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise
+    actors = [RayAgent(h, s, t, w) for h, s, t, w in zip(handles, plain, toks, wheres)]
+    for a in actors:
         w = a.where
         log.info("agent %s: actor on node %s (%s, pid %s, %s threads, %s, %s)", a.name, w["node"][:12], w["host"],
                  w["pid"], w["threads"], w["device"], _shown(w["resources"]))
-    return agents
+    rest = iter(actors)
+    return [sharded[i] if i in sharded else next(rest) for i in range(len(cfg.cohort.agents))]
 
 
 def stop_agents(agents: Sequence[Any]) -> None:
-    """Kill the actors (their models and optimizer state go with them)."""
+    """Kill the actors (their models and optimizer state go with them); a sharded agent's ranks (Ray actors or
+    local processes) are stopped by its handle."""
+    from corl_bench.train.ranks import ShardedAgentHandle
+
+    for a in agents:
+        if isinstance(a, ShardedAgentHandle):
+            a.close()
     try:
         import ray
     except ImportError:
         return
     for a in agents:
+        if isinstance(a, ShardedAgentHandle):
+            continue
         handle = getattr(a, "handle", a)
         try:
             ray.kill(handle)

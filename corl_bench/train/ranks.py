@@ -274,10 +274,11 @@ class ShardedAgentHandle:
         self.ranks.close()
 
 
-def start_sharded(cfg: Any, spec: Any, auxiliary: Sequence[Any], ranks: int, gpus: float, cpus: float
-                  ) -> ShardedAgentHandle:
+def start_sharded(cfg: Any, spec: Any, auxiliary: Sequence[Any], ranks: int, gpus: float, cpus: float,
+                  engine_options: dict[str, Any] | None = None) -> ShardedAgentHandle:
     """The cohort agent ``spec`` as ``ranks`` ranks: Ray actors with ``run.backend=ray``, local processes
-    otherwise; each loads the model from the run's profile on its device."""
+    otherwise; each loads the model from the run's profile on its device. ``engine_options``: the rollout engine's
+    (``run.placement`` adds to them), else ``rollout.engine_options``."""
     import functools
 
     from corl_bench.train.actors import forwarded_env, runtime_families
@@ -290,7 +291,8 @@ def start_sharded(cfg: Any, spec: Any, auxiliary: Sequence[Any], ranks: int, gpu
                                                       runtime_families([spec.family])),
                     grpo=cfg.grpo, seed=cfg.run.seed, threads=threads, device=kind,
                     agent_kwargs=dict(backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                                      engine_options=dict(cfg.rollout.engine_options), memory=cfg.memory,
+                                      engine_options=dict(engine_options if engine_options is not None
+                                                          else cfg.rollout.engine_options), memory=cfg.memory,
                                       temperature=cfg.rollout.temperature, auxiliary=tuple(auxiliary),
                                       freeze_vision=cfg.model.freeze_vision))
     if cfg.run.backend == "ray":

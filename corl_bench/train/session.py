@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from corl_bench.record import AgentEntry, RunRecord
 from corl_bench.registries import BENCHMARKS, PROFILES
@@ -60,15 +60,39 @@ def default_run_id(cfg: Any) -> str:
 def build_agents(plan: Any, profile: Any) -> list[Any]:
     """The run's agents in this process, each with its model loaded on its device (the profile has prepared the
     models). Everything ``resolve`` accepted gets through here (``tests/test_validate_matrix_on_cpu.py``)."""
+    from corl_bench.config import agent_resources
     from corl_bench.train import placement
     from corl_bench.train.agent import Agent
 
     cfg = plan.config
-    return [Agent(spec, *profile.load(spec.family, spec.device or cfg.model.device), cfg.grpo,
-                  backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                  engine_options=placement.engine_options(cfg), temperature=cfg.rollout.temperature,
-                  auxiliary=plan.method_cls.auxiliary, memory=cfg.memory, freeze_vision=cfg.model.freeze_vision)
-            for spec in cfg.cohort.agents]
+    agents: list[Any] = []
+    try:
+        for spec in cfg.cohort.agents:
+            ranks, gpus, cpus = agent_resources(spec, cfg.run)
+            if ranks > 1:  # one model trained by several local processes (corl_bench.train.sharded)
+                from corl_bench.train.ranks import start_sharded
+
+                agents.append(start_sharded(cfg, spec, plan.method_cls.auxiliary, ranks, gpus, cpus,
+                                            engine_options=placement.engine_options(cfg)))
+                continue
+            agents.append(Agent(spec, *profile.load(spec.family, spec.device or cfg.model.device), cfg.grpo,
+                                backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
+                                engine_options=placement.engine_options(cfg), temperature=cfg.rollout.temperature,
+                                auxiliary=plan.method_cls.auxiliary, memory=cfg.memory,
+                                freeze_vision=cfg.model.freeze_vision))
+    except BaseException:
+        stop_sharded(agents)
+        raise
+    return agents
+
+
+def stop_sharded(agents: Sequence[Any]) -> None:
+    """Stop the ranks of every sharded agent among ``agents`` (plain in-process agents need nothing)."""
+    from corl_bench.train.ranks import ShardedAgentHandle
+
+    for a in agents:
+        if isinstance(a, ShardedAgentHandle):
+            a.close()
 
 
 def new_record(cfg: Any, run_id: str) -> RunRecord:
@@ -212,6 +236,12 @@ class Session:
             self.record = self.record.replace(actors={a.name: a.where for a in self.actors})
         else:
             self.agents = build_agents(self.plan, self.profile)
+            from corl_bench.config import agent_resources
+
+            if any(agent_resources(s, cfg.run)[0] > 1 for s in cfg.cohort.agents):  # sharded agents' processes
+                from corl_bench.train.ranks import ShardedAgentHandle
+
+                self.actors = [a for a in self.agents if isinstance(a, ShardedAgentHandle)]
         self.method = self.plan.method_cls(self.plan.options, cfg.cohort.agents)
         self.record = self.record.replace(teachers=self.method.teachers()).with_timing(
             "models", time.perf_counter() - t0)
