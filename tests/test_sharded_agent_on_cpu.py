@@ -33,6 +33,66 @@ PROMPTS = ["12+7=", "3*4=", "20-13=", "8+9="]
 TOL = 1e-5
 
 
+def test_ranks_resolve_from_the_agent_the_run_or_its_gpus_and_bad_values_are_refused():
+    from corl_bench.config import ConfigError, RunConfig, agent_resources
+
+    run = RunConfig()
+    assert agent_resources(SPEC, run) == (1, 0.0, 1.0)  # the default: one process, as always
+    assert agent_resources(AgentSpec(name="a", family="f", gpus=4), run)[0] == 4  # one rank per GPU
+    assert agent_resources(AgentSpec(name="a", family="f", gpus=4, ranks=1), run)[0] == 1
+    assert agent_resources(SPEC, RunConfig(ranks_per_agent=2))[0] == 2
+    assert agent_resources(AgentSpec(name="a", family="f", ranks=3), RunConfig(ranks_per_agent=2))[0] == 3
+    with pytest.raises(ConfigError, match="ranks must be an integer >= 1"):
+        AgentSpec(name="a", family="f", ranks=0)
+    with pytest.raises(ConfigError, match="run.ranks_per_agent must be an integer >= 0"):
+        RunConfig(ranks_per_agent=-1)
+
+
+class _RecordingRanks:
+    """A test double for the ranks: records what each rank is sent; a score returns the samples as statistics."""
+
+    world = 2
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str, tuple, dict]] = []
+
+    def start(self, rank, method, args=(), kwargs=None):
+        from corl_bench.train.boundary import SampleStats
+
+        self.sent.append((rank, method, args, kwargs))
+        if method == "score":
+            return SampleStats(entropy=list(args[0]), self_certainty=list(args[0]))
+        return "tok" if method == "_tokenizer" else (rank, method)
+
+    def gather(self, ranks, tickets):
+        return tickets
+
+
+def test_a_sharded_handle_splits_samples_and_advantages_by_rank_in_order():
+    from corl_bench.train.ranks import ShardedAgentHandle
+    from corl_bench.train.sharded import split
+
+    assert split(7, 2) == [(0, 4), (4, 7)] and split(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    with pytest.raises(RuntimeError, match="at least one sample per rank"):
+        split(1, 2)
+    ranks = _RecordingRanks()
+    h = ShardedAgentHandle(SPEC, ranks)
+    assert h.tokenizer == "tok" and h.generate(["p"], None) == (0, "generate")  # rank 0 alone generates
+    # two score() calls before one update() (a method's extra samples): each rank gets its slices' advantages
+    assert h.score([0, 1, 2, 3, 4]).entropy == [0, 1, 2, 3, 4]
+    assert h.score([5, 6, 7]).entropy == [5, 6, 7]
+    ranks.sent.clear()
+    h.update([10, 11, 12, 13, 14, 15, 16, 17], max_len=9)
+    assert ranks.sent == [(0, "update", ([10, 11, 12, 15, 16],), {"max_len": 9}),
+                          (1, "update", ([13, 14, 17],), {"max_len": 9})]
+    h.score([0, 1])
+    with pytest.raises(RuntimeError, match="3 advantages for 2 scored samples"):
+        h.update([1.0, 2.0, 3.0])
+    h.discard()
+    with pytest.raises(RuntimeError, match="0 scored samples"):
+        h.update([1.0])
+
+
 def tiny_qwen(device: str):
     """Every rank builds the same tiny model (``build_tiny`` seeds itself)."""
     model, tok = build_tiny("qwen2-bpe")
@@ -160,10 +220,17 @@ def _metrics(run_dir) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_run_with_a_two_rank_agent_trains_checkpoints_and_matches_the_one_rank_run(tmp_path):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The same 2-step Co-RL run with agent a0 on 1 rank and on 2 local ranks: (root, 1-rank dir, 2-rank dir)."""
+    root = tmp_path_factory.mktemp("sharded-run")
+    return root, _run(root, "one", 1), _run(root, "two", 2)
+
+
+def test_a_run_with_a_two_rank_agent_trains_checkpoints_and_matches_the_one_rank_run(runs):
     import json
 
-    one, two = _run(tmp_path, "one", 1), _run(tmp_path, "two", 2)
+    _, one, two = runs
     assert json.loads((two / "run.json").read_text())["status"] == "finished"
     ckpt = two / "checkpoints" / (two / "checkpoints" / "latest").read_text().strip()
     assert (ckpt / "agent-a0.dcp").is_dir() and (ckpt / "agent-a1.pt").is_file()
@@ -174,3 +241,19 @@ def test_a_run_with_a_two_rank_agent_trains_checkpoints_and_matches_the_one_rank
     for key in ("reward/mean", "len/mean", "policy/entropy", "policy/grad_norm", "policy/kl"):
         for agent in ("a0", "a1"):  # step 0: the same rollouts, the same update statistics
             assert first[0][agent][key] == pytest.approx(first[1][agent][key], rel=1e-4, abs=1e-6), (agent, key)
+
+
+@pytest.mark.slow
+def test_with_run_backend_ray_the_ranks_are_ray_actors_and_give_the_local_ranks_results_bit_for_bit(runs):
+    ray = pytest.importorskip("ray", reason="run.backend=ray needs Ray (pip install -e '.[ray]'); the test extra has it")
+    from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
+
+    root, _, two = runs
+    local = run_fingerprint(two)
+    try:
+        on_ray = run_fingerprint(_run(root, "ray", 2, backend="ray"))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    assert set(on_ray["weights"]) == {"a0", "a1"} and on_ray["metrics"]
+    assert fingerprint_diff(local, on_ray) == []
