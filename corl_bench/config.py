@@ -294,7 +294,8 @@ class AgentSpec:
     same with three arithmetic examples: the generated arithmetic sets) | r1v (the paper's
     vision-language turn: think in <think>, answer in <answer>; read it with rollout.extractor=answer_tag)"""
     gpus: float | None = None
-    """``run.backend=ray``: GPUs reserved for this agent's actor; empty = run.gpus_per_agent"""
+    """``run.backend=ray``: GPUs reserved for this agent's actor; empty = run.gpus_per_agent; more than one: one rank
+    per GPU (``ranks``)"""
     cpus: float | None = None
     """``run.backend=ray``: CPUs reserved for this agent's actor (also its torch threads); empty = run.cpus_per_agent"""
     resources: Mapping[str, float] = field(default_factory=dict, hash=False)
@@ -473,7 +474,8 @@ class RunConfig:
     """``run.backend=ray``: the cluster to join (``auto``, ``ray://host:10001``); empty = ``auto`` if a cluster
     is running here, else a local one"""
     gpus_per_agent: float = 0.0
-    """``run.backend=ray``: GPUs per agent actor (a cohort agent's ``gpus`` overrides it); the paper: 4"""
+    """``run.backend=ray``: GPUs per agent actor (a cohort agent's ``gpus`` overrides it); the paper: 4. More than
+    one makes the agent sharded over that many ranks, one GPU each (``run.ranks_per_agent``)"""
     cpus_per_agent: float = 1.0
     """``run.backend=ray``: CPUs per agent actor (a cohort agent's ``cpus`` overrides it); also its torch threads"""
     placement: str = "auto"
