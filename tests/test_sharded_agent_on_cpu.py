@@ -192,7 +192,7 @@ def test_two_ranks_update_like_one_rank_and_their_checkpoint_resumes_on_two_and_
     assert _max_diff(_weights(tmp_path / "one-after-2"), after2) < TOL
 
 
-def _run(root, out: str, ranks: int, backend: str = "local"):
+def _run(root, out: str, ranks: int, backend: str = "local", resume=None):
     import dataclasses
 
     from corl_bench.config import load_config
@@ -211,7 +211,7 @@ def _run(root, out: str, ranks: int, backend: str = "local"):
         "run.steps=2", "run.checkpoint_every=1", f"run.output_dir={root / out}", "run.run_id=r",
         f"model.cache_dir={root / 'cache'}", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=4",
         "rollout.max_new_tokens=10", "eval.max_problems=2", "eval.samples=1", "eval.max_new_tokens=8",
-        "grpo.lr=1e-3", "model.threads=1", f"run.backend={backend}"]))
+        "grpo.lr=1e-3", "model.threads=1", f"run.backend={backend}"]), resume=resume)
 
 
 def _metrics(run_dir) -> list[dict]:
@@ -257,3 +257,34 @@ def test_with_run_backend_ray_the_ranks_are_ray_actors_and_give_the_local_ranks_
             ray.shutdown()
     assert set(on_ray["weights"]) == {"a0", "a1"} and on_ray["metrics"]
     assert fingerprint_diff(local, on_ray) == []
+
+
+@pytest.mark.slow
+def test_a_run_with_a_two_rank_agent_killed_mid_training_resumes_on_fresh_ranks_bit_for_bit(runs, monkeypatch):
+    import json
+
+    from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
+    from corl_bench.train.trainer import Trainer
+
+    root, _, two = runs
+    step = Trainer.step
+
+    def crash(self, s):
+        if s == 1:
+            raise KeyboardInterrupt("crash before step 1")
+        return step(self, s)
+
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "step", crash)
+        with pytest.raises(KeyboardInterrupt):
+            _run(root, "crashed", 2)
+    run_dir = root / "crashed" / "r"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+    from corl_bench.train.ranks import ShardedAgentHandle
+
+    calls, submit = [], ShardedAgentHandle.submit
+    monkeypatch.setattr(ShardedAgentHandle, "submit",
+                        lambda self, method, *a, **k: calls.append((method, *a)) or submit(self, method, *a, **k))
+    assert _run(root, "crashed", 2, resume=run_dir) == run_dir  # new rank processes read the DCP checkpoint
+    assert [c[1].name for c in calls if c[0] == "restore"] == ["step-000001"]
+    assert fingerprint_diff(run_fingerprint(two), run_fingerprint(run_dir)) == []
