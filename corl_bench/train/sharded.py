@@ -118,8 +118,10 @@ class ShardedAgent(Agent):
         if refused:
             raise ValueError(f"agent {spec.name}: {refused[0]} is not supported on a sharded agent (ranks > 1); turn "
                              "it off or set ranks: 1")
-        super().__init__(spec, model, tokenizer, grpo_cfg, **kwargs)
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        if self.rank != 0:  # only rank 0 generates: the others get the light in-process engine (never a vLLM)
+            kwargs = {**kwargs, "backend": "hf", "engine_options": {}}
+        super().__init__(spec, model, tokenizer, grpo_cfg, **kwargs)
         self.full = self.model  # the rollout engine's (and save()'s) full copy, refreshed after every step
         policy = copy.deepcopy(self.full).train()
         device = next(policy.parameters()).device
