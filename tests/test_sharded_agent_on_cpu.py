@@ -48,6 +48,21 @@ def test_ranks_resolve_from_the_agent_the_run_or_its_gpus_and_bad_values_are_ref
         RunConfig(ranks_per_agent=-1)
 
 
+def test_validate_refuses_what_a_sharded_agent_cannot_do_yet(tmp_path):
+    from corl_bench.config import ConfigError, load_config
+    from corl_bench.train.runner import _check_ranks
+
+    def cfg(*sets):
+        return load_config(None, ["cohort.agents=[{name: a0, family: qwen2-bpe}]", "run.ranks_per_agent=2", *sets])
+
+    _check_ranks(cfg())  # the default memory settings are fine
+    for sets, what in ((["memory.lora_rank=4"], "LoRA"), (["memory.logit_chunk=64"], "memory.logit_chunk"),
+                       (["memory.shared_prefix=true"], "memory.shared_prefix"),
+                       (["rollout.prompts_per_step=1", "rollout.samples_per_prompt=2", "run.ranks_per_agent=3"], "cannot be split")):
+        with pytest.raises(ConfigError, match=what):
+            _check_ranks(cfg(*sets))
+
+
 class _RecordingRanks:
     """A test double for the ranks: records what each rank is sent; a score returns the samples as statistics."""
 

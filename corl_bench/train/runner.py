@@ -137,12 +137,33 @@ def resolve(cfg: Config) -> Plan:
                           "run.backend=local")
     _check_devices(cfg)
     placement.check(cfg)  # run.placement: what needs one process per agent, what cannot share a GPU
+    _check_ranks(cfg)  # an agent over several ranks (FSDP2): what it does not support yet
     if (cfg.memory.lora_rank or any(a.lora_rank for a in cohort.agents)) and importlib.util.find_spec("peft") is None:
         raise ConfigError("LoRA (memory.lora_rank or an agent's lora_rank) needs peft: pip install -c "
                           "constraints-cpu.txt 'peft>=0.11'; or set memory.lora_rank=0")
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     notes = [*notes, *profile_cls.check_memory(cfg, method_cls)]  # does a step fit the devices
     return Plan(cfg, method_cls, options, tuple(notes))
+
+
+def _check_ranks(cfg: Config) -> None:
+    """Refuse, before anything starts, what a sharded agent (ranks > 1, :mod:`corl_bench.train.sharded`) cannot do."""
+    from corl_bench.config import agent_resources
+
+    for agent in cfg.cohort.agents:
+        ranks = agent_resources(agent, cfg.run)[0]
+        if ranks <= 1:
+            continue
+        lora = agent.lora_rank if agent.lora_rank is not None else cfg.memory.lora_rank
+        for what, on in (("LoRA (lora_rank)", lora), ("memory.logit_chunk", cfg.memory.logit_chunk),
+                         ("memory.shared_prefix", cfg.memory.shared_prefix)):
+            if on:
+                raise ConfigError(f"cohort agent {agent.name!r} trains on {ranks} ranks (FSDP2), which does not "
+                                  f"support {what} yet: turn it off, or set the agent's ranks: 1")
+        samples = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+        if samples < ranks:
+            raise ConfigError(f"cohort agent {agent.name!r}: {samples} samples per step cannot be split over its "
+                              f"{ranks} ranks; raise rollout.prompts_per_step or lower its ranks")
 
 
 def _takes_images(profile_cls: Any, agent: Any) -> bool | None:
