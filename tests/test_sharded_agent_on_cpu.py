@@ -303,3 +303,27 @@ def test_a_run_with_a_two_rank_agent_killed_mid_training_resumes_on_fresh_ranks_
     assert _run(root, "crashed", 2, resume=run_dir) == run_dir  # new rank processes read the DCP checkpoint
     assert [c[1].name for c in calls if c[0] == "restore"] == ["step-000001"]
     assert fingerprint_diff(run_fingerprint(two), run_fingerprint(run_dir)) == []
+
+
+def broken_on_rank_1(device: str):
+    """A loader that fails on rank 1 only (rank 0 goes on into the collectives of sharding and waits there)."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise OSError("rank 1 cannot read its model")
+    return tiny_qwen(device)
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_stops_the_group_and_raises_its_error_instead_of_hanging(monkeypatch):
+    import time
+
+    import corl_bench.train.ranks as ranks_mod
+    from corl_bench.train.ranks import ProcessRanks
+    from corl_bench.train.sharded import Recipe
+
+    monkeypatch.setattr(ranks_mod, "_GRACE_S", 2.0)
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match="rank 1 cannot read its model"):
+        ProcessRanks(Recipe(spec=SPEC, load=broken_on_rank_1, grpo=GRPO), 2)
+    assert time.monotonic() - t0 < 120

@@ -87,7 +87,11 @@ class ProcessRanks:
             child.close()
             self.conns.append(parent)
             self.procs.append(proc)
-        self.gather(list(range(world)), [None] * world)  # every rank set up (or the first failure raised)
+        try:
+            self.gather(list(range(world)), [None] * world)  # every rank set up (or the first failure raised)
+        except BaseException:
+            self.close()
+            raise
 
     def start(self, rank: int, method: str, args: tuple = (), kwargs: dict | None = None) -> int:
         self.conns[rank].send((method, args, kwargs or {}))
@@ -154,9 +158,13 @@ class RayRanks:
                                       scheduling_strategy=PlacementGroupSchedulingStrategy(
                                           placement_group=self.pg, placement_group_bundle_index=rank)).remote()
                        for rank in range(world)]
-        init_method = ray.get(self.actors[0].address.remote())
-        refs = [a.setup.remote(recipe, rank, world, init_method, 0) for rank, a in enumerate(self.actors)]
-        self.gather(list(range(world)), refs)
+        try:
+            init_method = ray.get(self.actors[0].address.remote())
+            refs = [a.setup.remote(recipe, rank, world, init_method, 0) for rank, a in enumerate(self.actors)]
+            self.gather(list(range(world)), refs)
+        except BaseException:
+            self.close()
+            raise
 
     def start(self, rank: int, method: str, args: tuple = (), kwargs: dict | None = None) -> Any:
         actor = self.actors[rank]
