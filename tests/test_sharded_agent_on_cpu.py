@@ -327,3 +327,31 @@ def test_a_rank_that_fails_stops_the_group_and_raises_its_error_instead_of_hangi
     with pytest.raises(OSError, match="rank 1 cannot read its model"):
         ProcessRanks(Recipe(spec=SPEC, load=broken_on_rank_1, grpo=GRPO), 2)
     assert time.monotonic() - t0 < 120
+
+
+@pytest.mark.slow
+def test_two_ranks_with_micro_batches_and_gradient_checkpointing_update_like_one_rank(tmp_path):
+    from corl_bench.config import MemoryConfig
+    from corl_bench.train.ranks import ProcessRanks, ShardedAgentHandle
+    from corl_bench.train.sharded import Recipe
+
+    mem = MemoryConfig(micro_batch=3, gradient_checkpointing=True)  # 12 samples: 2 micro-batches per rank
+    model, tok = tiny_qwen("cpu")
+    plain = Agent(SPEC, copy.deepcopy(model), tok, GRPO, memory=mem)
+    samples = _samples(plain, 1)
+    adv = _advantages(len(samples), 1)
+    recipe = Recipe(spec=SPEC, load=tiny_qwen, grpo=GRPO, agent_kwargs={"memory": mem})
+    sharded = ShardedAgentHandle(SPEC, ProcessRanks(recipe, 2), micro_batch=3)
+    try:
+        stats = sharded.score(samples)
+        up = sharded.update(adv)
+        sharded.save(tmp_path / "two")
+    finally:
+        sharded.close()
+    plain_stats = plain.score(samples)
+    plain_up = plain.update(adv)
+    plain.save(tmp_path / "one")
+    assert _max_diff(_weights(tmp_path / "two"), _weights(tmp_path / "one")) < TOL
+    assert stats.entropy == pytest.approx(plain_stats.entropy, abs=1e-5)
+    assert (up.loss, up.grad_norm, up.n_tokens) == pytest.approx((plain_up.loss, plain_up.grad_norm,
+                                                                  plain_up.n_tokens), rel=1e-4)
