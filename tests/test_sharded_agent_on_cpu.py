@@ -1,16 +1,20 @@
 """A sharded agent on CPU (gloo): 2 ranks, FSDP2 (``corl_bench.train.sharded``), against the plain 1-process agent.
 
-The ranks are spawned local processes (``ProcessRanks``, what ``run.backend=local`` uses; ``run.backend=ray`` puts the
-same ``RankHost`` in Ray actors). One test, two 2-rank groups, so that processes start only twice (~15 s each on a
-busy 2-core machine):
+The ranks are spawned local processes (``ProcessRanks``, what ``run.backend=local`` uses); the Ray test puts the same
+``RankHost`` in Ray actors (what ``run.backend=ray`` uses). The unit test starts two 2-rank groups (~15 s on a quiet
+2-core machine):
 
 - rollouts from the 2-rank agent equal the 1-rank agent's (rank 0 samples from the full copy of the policy);
 - one update on 2 ranks (each scoring half of the samples) gives the parameters of the 1-rank update within float
-  tolerance (the difference is reported), with the same loss, KL and token count;
+  tolerance (the difference is printed), with the same loss, KL, gradient norm and token count;
 - a checkpoint written by the 2 ranks (DCP) resumes on 2 fresh ranks and their next update equals, bit for bit, the
   next update of the uninterrupted 2-rank run;
 - the same checkpoint loads into a plain 1-process agent (parameters equal to the 2-rank ones bit for bit), and its
   next update (from the resharded AdamW state) matches the 2-rank one within float tolerance.
+
+Then through the run loop: a 2-step Co-RL run with agent a0 on 2 ranks matches the 1-rank run at step 0, writes DCP
+checkpoints, resumes after a crash on fresh ranks bit for bit, and gives the same results on Ray actors (slow); plus
+micro-batches with gradient checkpointing, a failing rank (no hang), the handle's split, config and validate checks.
 """
 
 from __future__ import annotations
