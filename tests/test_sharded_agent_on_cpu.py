@@ -246,6 +246,7 @@ def runs(tmp_path_factory):
     return root, _run(root, "one", 1), _run(root, "two", 2)
 
 
+@pytest.mark.slow
 def test_a_run_with_a_two_rank_agent_trains_checkpoints_and_matches_the_one_rank_run(runs):
     import json
 
