@@ -62,7 +62,8 @@ def test_validate_refuses_what_a_sharded_agent_cannot_do_yet(tmp_path):
     _check_ranks(cfg())  # the default memory settings are fine
     for sets, what in ((["memory.lora_rank=4"], "LoRA"), (["memory.logit_chunk=64"], "memory.logit_chunk"),
                        (["memory.shared_prefix=true"], "memory.shared_prefix"),
-                       (["rollout.prompts_per_step=1", "rollout.samples_per_prompt=2", "run.ranks_per_agent=3"], "cannot be split")):
+                       (["rollout.prompts_per_step=1", "rollout.samples_per_prompt=2", "run.ranks_per_agent=3"],
+                        "cannot be split")):
         with pytest.raises(ConfigError, match=what):
             _check_ranks(cfg(*sets))
 
@@ -265,7 +266,7 @@ def test_a_run_with_a_two_rank_agent_trains_checkpoints_and_matches_the_one_rank
 
 @pytest.mark.slow
 def test_with_run_backend_ray_the_ranks_are_ray_actors_and_give_the_local_ranks_results_bit_for_bit(runs):
-    ray = pytest.importorskip("ray", reason="run.backend=ray needs Ray (pip install -e '.[ray]'); the test extra has it")
+    ray = pytest.importorskip("ray", reason="run.backend=ray needs Ray (pip install -e .[ray]; the test extra has it)")
     from corl_bench.train.checkpoint import fingerprint_diff, run_fingerprint
 
     root, _, two = runs

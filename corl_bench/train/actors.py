@@ -244,8 +244,6 @@ def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[Any]:
             need = wanted[spec.name]
             ranks = agent_resources(spec, cfg.run)[0]
             if ranks > 1:  # the agent's GPUs (as placed) and CPUs shared by its ranks
-                from corl_bench.train.ranks import start_sharded
-
                 sharded[i] = start_sharded(cfg, spec, auxiliary, ranks, need.get("GPU", 0.0), need["CPU"],
                                            engine_options=options)
                 continue
@@ -270,6 +268,51 @@ def start_agents(cfg: Any, auxiliary: Sequence[Any]) -> list[Any]:
                  w["pid"], w["threads"], w["device"], _shown(w["resources"]))
     rest = iter(actors)
     return [sharded[i] if i in sharded else next(rest) for i in range(len(cfg.cohort.agents))]
+
+
+def start_sharded(cfg: Any, spec: Any, auxiliary: Sequence[Any], ranks: int, gpus: float, cpus: float,
+                  engine_options: dict[str, Any] | None = None) -> Any:
+    """The cohort agent ``spec`` as ``ranks`` ranks (:mod:`corl_bench.train.ranks`, a
+    :class:`~corl_bench.train.ranks.ShardedAgentHandle`): Ray actors with ``run.backend=ray``, local processes
+    otherwise; each loads the model from the run's profile on its device. ``engine_options``: the rollout engine's
+    (``run.placement`` adds to them), else ``rollout.engine_options``."""
+    import functools
+
+    from corl_bench.train.ranks import ProcessRanks, RayRanks, ShardedAgentHandle
+    from corl_bench.train.sharded import Recipe
+
+    device = spec.device or cfg.model.device
+    kind = "cuda" if device.startswith("cuda") or (device == "auto" and gpus) else "cpu"
+    per_cpus = cpus / ranks
+    threads = cfg.model.threads or max(1, int(per_cpus))
+    recipe = Recipe(spec=spec, load=functools.partial(load_from_profile, cfg, spec.family,
+                                                      runtime_families([spec.family])),
+                    grpo=cfg.grpo, seed=cfg.run.seed, threads=threads, device=kind,
+                    agent_kwargs=dict(backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
+                                      engine_options=dict(engine_options if engine_options is not None
+                                                          else cfg.rollout.engine_options), memory=cfg.memory,
+                                      temperature=cfg.rollout.temperature, auxiliary=tuple(auxiliary),
+                                      freeze_vision=cfg.model.freeze_vision))
+    if cfg.run.backend == "ray":
+        init_ray(cfg.run.ray_address)
+        group: ProcessRanks | RayRanks = RayRanks(recipe, ranks, per_cpus, gpus / ranks, forwarded_env())
+    else:
+        group = ProcessRanks(recipe, ranks)
+    handle = ShardedAgentHandle(spec, group, micro_batch=cfg.memory.micro_batch)
+    log.info("agent %s: %d ranks (%s, %s), FSDP2", spec.name, ranks, "Ray actors" if cfg.run.backend == "ray"
+             else "local processes", kind)
+    return handle
+
+
+def load_from_profile(cfg: Any, family: str, families: dict[str, Any], device: str) -> tuple[Any, Any]:
+    """In a rank: the family's model and tokenizer from the run's profile (as :class:`~corl_bench.train.actors.
+    AgentHost` loads them)."""
+    from corl_bench.registries import PROFILES
+
+    register_families(families)
+    profile = PROFILES.get(cfg.model.profile)(cfg.model)
+    profile.configure(cfg)
+    return profile.load(family, device)
 
 
 def stop_agents(agents: Sequence[Any]) -> None:

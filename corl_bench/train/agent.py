@@ -564,10 +564,10 @@ class Agent:
     def restore(self, directory: Path) -> None:
         """:meth:`load_state_dict` of what :meth:`checkpoint` wrote into ``directory``; a checkpoint written by a
         sharded agent (``agent-<name>.dcp/``, several ranks) is read through torch.distributed.checkpoint, which
-        reassembles the shards for this one process (:func:`corl_bench.train.sharded.load_distributed`)."""
+        reassembles the shards for this one process (:func:`corl_bench.train.dcp.load_distributed`)."""
         path = checkpoint_file(directory, self.name)
         if not path.exists() and path.with_suffix(".dcp").is_dir():
-            from corl_bench.train.sharded import load_distributed
+            from corl_bench.train.dcp import load_distributed
 
             load_distributed(self, path.with_suffix(".dcp"))
             return

@@ -146,9 +146,9 @@ class RayRanks:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from corl_bench.train.actors import init_ray
+        import ray  # started (or joined) by the caller: corl_bench.train.actors.start_agents
 
-        ray = self.ray = init_ray()
+        self.ray = ray
         self.world = world
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
         self.pg = placement_group([dict(bundle) for _ in range(world)], strategy="PACK")
@@ -250,9 +250,9 @@ class ShardedAgentHandle:
             if self.micro_batch:
                 parts = {-(-(b - a) // self.micro_batch) for a, b in slices}
                 if len(parts) > 1:
-                    raise RuntimeError(f"agent {self.name}: memory.micro_batch={self.micro_batch} gives its {self.world} "
-                                       f"ranks different numbers of micro-batches for {len(samples)} samples; choose "
-                                       "a micro_batch that divides the samples per rank, or 0")
+                    raise RuntimeError(f"agent {self.name}: memory.micro_batch={self.micro_batch} gives its "
+                                       f"{self.world} ranks different numbers of micro-batches for {len(samples)} "
+                                       "samples; choose a micro_batch that divides the samples per rank, or 0")
             self._scored.append(slices)
             return self._on(every, method, [((samples[a:b],), kwargs) for a, b in slices], _merge_stats)
         if method == "update":
@@ -280,46 +280,3 @@ class ShardedAgentHandle:
     def close(self) -> None:
         """Stop the ranks (their shards go with them)."""
         self.ranks.close()
-
-
-def start_sharded(cfg: Any, spec: Any, auxiliary: Sequence[Any], ranks: int, gpus: float, cpus: float,
-                  engine_options: dict[str, Any] | None = None) -> ShardedAgentHandle:
-    """The cohort agent ``spec`` as ``ranks`` ranks: Ray actors with ``run.backend=ray``, local processes
-    otherwise; each loads the model from the run's profile on its device. ``engine_options``: the rollout engine's
-    (``run.placement`` adds to them), else ``rollout.engine_options``."""
-    import functools
-
-    from corl_bench.train.actors import forwarded_env, runtime_families
-
-    device = spec.device or cfg.model.device
-    kind = "cuda" if device.startswith("cuda") or (device == "auto" and gpus) else "cpu"
-    per_cpus = cpus / ranks
-    threads = cfg.model.threads or max(1, int(per_cpus))
-    recipe = Recipe(spec=spec, load=functools.partial(load_from_profile, cfg, spec.family,
-                                                      runtime_families([spec.family])),
-                    grpo=cfg.grpo, seed=cfg.run.seed, threads=threads, device=kind,
-                    agent_kwargs=dict(backend=cfg.rollout.backend, max_batch=cfg.rollout.max_batch,
-                                      engine_options=dict(engine_options if engine_options is not None
-                                                          else cfg.rollout.engine_options), memory=cfg.memory,
-                                      temperature=cfg.rollout.temperature, auxiliary=tuple(auxiliary),
-                                      freeze_vision=cfg.model.freeze_vision))
-    if cfg.run.backend == "ray":
-        group: ProcessRanks | RayRanks = RayRanks(recipe, ranks, per_cpus, gpus / ranks, forwarded_env())
-    else:
-        group = ProcessRanks(recipe, ranks)
-    handle = ShardedAgentHandle(spec, group, micro_batch=cfg.memory.micro_batch)
-    log.info("agent %s: %d ranks (%s, %s), FSDP2", spec.name, ranks, "Ray actors" if cfg.run.backend == "ray"
-             else "local processes", kind)
-    return handle
-
-
-def load_from_profile(cfg: Any, family: str, families: dict[str, Any], device: str) -> tuple[Any, Any]:
-    """In a rank: the family's model and tokenizer from the run's profile (as :class:`~corl_bench.train.actors.
-    AgentHost` loads them)."""
-    from corl_bench.registries import PROFILES
-    from corl_bench.train.actors import register_families
-
-    register_families(families)
-    profile = PROFILES.get(cfg.model.profile)(cfg.model)
-    profile.configure(cfg)
-    return profile.load(family, device)

@@ -70,7 +70,7 @@ def build_agents(plan: Any, profile: Any) -> list[Any]:
         for spec in cfg.cohort.agents:
             ranks, gpus, cpus = agent_resources(spec, cfg.run)
             if ranks > 1:  # one model trained by several local processes (corl_bench.train.sharded)
-                from corl_bench.train.ranks import start_sharded
+                from corl_bench.train.actors import start_sharded
 
                 agents.append(start_sharded(cfg, spec, plan.method_cls.auxiliary, ranks, gpus, cpus,
                                             engine_options=placement.engine_options(cfg)))

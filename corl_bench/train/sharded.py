@@ -28,8 +28,8 @@ auxiliary models are full frozen copies on every rank (deviation from a fully sh
 
 Checkpoints: ``checkpoint(dir)`` writes ``dir/agent-<name>.dcp/`` with ``torch.distributed.checkpoint`` (DCP), every
 rank writing its own shards of the weights and AdamW state (``get_state_dict``: keyed by parameter name, not by
-rank layout), so a checkpoint resumes bit-identically on the same number of ranks and loads on any other number —
-including one plain :class:`~corl_bench.train.agent.Agent` (:func:`load_distributed`; ``Agent.restore`` reads such
+rank layout; :mod:`corl_bench.train.dcp`), so a checkpoint resumes bit-identically on the same number of ranks and
+loads on any other number — including one plain :class:`~corl_bench.train.agent.Agent` (``Agent.restore`` reads such
 a folder when there is no ``agent-<name>.pt``).
 
 Not supported with ranks > 1 (refused with a message): LoRA, ``memory.logit_chunk``, ``memory.shared_prefix`` (they
@@ -54,43 +54,10 @@ import torch
 import torch.distributed as dist
 
 from corl_bench.train.agent import Agent, MicroBatch, PolicyForward
-from corl_bench.train.boundary import BOUNDARY, POLICY, UpdateStats, checkpoint_file
+from corl_bench.train.boundary import BOUNDARY, POLICY, UpdateStats
+from corl_bench.train.dcp import agent_state, dcp_folder, load_distributed
 
 log = logging.getLogger(__name__)
-
-
-def dcp_folder(directory: Path, name: str) -> Path:
-    """``<directory>/agent-<name>.dcp``: a sharded agent's checkpoint folder (DCP: one file per rank + metadata)."""
-    return checkpoint_file(directory, name).with_suffix(".dcp")
-
-
-def _state(agent: Agent) -> dict[str, Any]:
-    """The agent's state as DCP reads and writes it: weights and AdamW state keyed by parameter name (sharded
-    DTensors on a sharded agent, plain tensors on a plain one), the frozen reference and auxiliary models."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    model, optim = get_state_dict(agent.model, agent.optimizer)
-    return {"model": model, "optimizer": optim,
-            "reference": agent.reference.state_dict() if agent.reference is not None else {},
-            "auxiliary": {n: m.state_dict() for n, m in agent.auxiliary.items() if m is not agent.reference}}
-
-
-def load_distributed(agent: Agent, folder: Path, *, sync_engines: bool = True) -> None:
-    """Load a DCP checkpoint written by a sharded agent into ``agent`` (a plain one, or one rank of a sharded one:
-    DCP reshards by parameter name)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-
-    state = _state(agent)
-    dcp.load(state, checkpoint_id=str(folder))
-    set_state_dict(agent.model, agent.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    if agent.reference is not None:
-        agent.reference.load_state_dict(state["reference"])
-    for name, sd in state["auxiliary"].items():
-        agent.auxiliary[name].load_state_dict(sd)
-    if sync_engines:
-        for name, engine in agent.engines.items():
-            engine.sync_weights(agent.model if name == POLICY else agent.auxiliary[name])
 
 
 def _reduce(values: list[float], op: Any = None) -> list[float]:
@@ -204,7 +171,7 @@ class ShardedAgent(Agent):
         """Every rank writes its shards into ``directory/agent-<name>.dcp/`` (torch.distributed.checkpoint)."""
         import torch.distributed.checkpoint as dcp
 
-        dcp.save(_state(self), checkpoint_id=str(dcp_folder(directory, self.name)))
+        dcp.save(agent_state(self), checkpoint_id=str(dcp_folder(directory, self.name)))
 
     def restore(self, directory: Path) -> None:
         """Read back ``agent-<name>.dcp/`` (written on any number of ranks) into this rank's shards."""
