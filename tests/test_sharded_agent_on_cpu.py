@@ -82,6 +82,8 @@ class _RecordingRanks:
         self.sent.append((rank, method, args, kwargs))
         if method == "score":
             return SampleStats(entropy=list(args[0]), self_certainty=list(args[0]))
+        if method == "_where":
+            return {"rank": rank, "host": "h"}
         return "tok" if method == "_tokenizer" else (rank, method)
 
     def gather(self, ranks, tickets):
@@ -98,6 +100,7 @@ def test_a_sharded_handle_splits_samples_and_advantages_by_rank_in_order():
     ranks = _RecordingRanks()
     h = ShardedAgentHandle(SPEC, ranks)
     assert h.tokenizer == "tok" and h.generate(["p"], None) == (0, "generate")  # rank 0 alone generates
+    assert h.where == {"rank": 0, "host": "h", "ranks": [{"rank": 0, "host": "h"}, {"rank": 1, "host": "h"}]}
     # two score() calls before one update() (a method's extra samples): each rank gets its slices' advantages
     assert h.score([0, 1, 2, 3, 4]).entropy == [0, 1, 2, 3, 4]
     assert h.score([5, 6, 7]).entropy == [5, 6, 7]
@@ -160,13 +163,14 @@ def test_two_ranks_update_like_one_rank_and_their_checkpoint_resumes_on_two_and_
         stats1 = sharded.score(first)
         up1 = sharded.update(adv1)
         sharded.save(tmp_path / "two-after-1")
-        sharded.checkpoint(tmp_path / "ckpt")
+        (tmp_path / "ckpt").mkdir()  # the controller makes the checkpoint folder; every rank writes into it
+        receipt = sharded.checkpoint(tmp_path / "ckpt")
         sharded.score(second)
         up2 = sharded.update(adv2)
         sharded.save(tmp_path / "two-after-2")
     finally:
         sharded.close()
-    assert (tmp_path / "ckpt" / "agent-a0.dcp").is_dir()
+    assert (tmp_path / "ckpt" / "agent-a0.dcp").is_dir() and receipt.file == "agent-a0.dcp" and receipt.bytes > 0
 
     # 2 ranks vs 1 rank: the same update within float tolerance
     plain_stats = plain.score(first)
@@ -255,6 +259,9 @@ def test_a_run_with_a_two_rank_agent_trains_checkpoints_and_matches_the_one_rank
     assert json.loads((two / "run.json").read_text())["status"] == "finished"
     ckpt = two / "checkpoints" / (two / "checkpoints" / "latest").read_text().strip()
     assert (ckpt / "agent-a0.dcp").is_dir() and (ckpt / "agent-a1.pt").is_file()
+    writers = json.loads((ckpt / "writers.json").read_text())
+    assert writers["a0"]["file"] == "agent-a0.dcp" and writers["a0"]["bytes"] == sum(
+        f.stat().st_size for f in (ckpt / "agent-a0.dcp").iterdir())
     assert (two / "checkpoints" / "final" / "a0" / "config.json").is_file()
     m1, m2 = _metrics(one), _metrics(two)
     assert [(r["step"], r["agent"]) for r in m1] == [(r["step"], r["agent"]) for r in m2]

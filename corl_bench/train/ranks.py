@@ -57,7 +57,8 @@ def _serve(conn: Any, recipe: Recipe, rank: int, world: int, init_method: str) -
                 break
             method, args, kwargs = msg
             try:
-                conn.send(("ok", host.tokenizer() if method == "_tokenizer" else host.call(method, args, kwargs)))
+                local = {"_tokenizer": host.tokenizer, "_where": host.where}
+                conn.send(("ok", local[method]() if method in local else host.call(method, args, kwargs)))
             except BaseException as e:  # noqa: BLE001 - reported to the controller
                 conn.send(("err", _picklable(e)))
     except EOFError:  # the controller went away
@@ -168,8 +169,8 @@ class RayRanks:
 
     def start(self, rank: int, method: str, args: tuple = (), kwargs: dict | None = None) -> Any:
         actor = self.actors[rank]
-        if method == "_tokenizer":
-            return actor.tokenizer.remote()
+        if method in ("_tokenizer", "_where"):
+            return (actor.tokenizer if method == "_tokenizer" else actor.where).remote()
         return actor.call.remote(method, args, kwargs or {})
 
     def gather(self, ranks: list[int], tickets: list[Any]) -> list[Any]:
@@ -230,6 +231,10 @@ class ShardedAgentHandle:
         self.micro_batch = micro_batch
         self._scored: list[list[tuple[int, int]]] = []  # each score() call's slices since the last update
         (self.tokenizer,) = ranks.gather([0], [ranks.start(0, "_tokenizer")])
+        every = list(range(self.world))
+        wheres = ranks.gather(every, [ranks.start(r, "_where") for r in every])
+        #: where the ranks run (run.json ``actors``): rank 0's node, host, pid and device, and every rank's
+        self.where = {**wheres[0], "ranks": wheres}
 
     def _on(self, which: list[int], method: str, per_rank: Sequence[tuple[tuple, dict]],
             merge: Callable[[list[Any]], Any]) -> _Gathering:

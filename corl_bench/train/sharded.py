@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ import torch
 import torch.distributed as dist
 
 from corl_bench.train.agent import Agent, MicroBatch, PolicyForward
-from corl_bench.train.boundary import BOUNDARY, POLICY, UpdateStats
+from corl_bench.train.boundary import BOUNDARY, POLICY, CheckpointFile, UpdateStats
 from corl_bench.train.dcp import agent_state, dcp_folder, load_distributed
 
 log = logging.getLogger(__name__)
@@ -167,11 +168,19 @@ class ShardedAgent(Agent):
         if name in self.engines:
             self.engines[name].sync_weights(module)
 
-    def checkpoint(self, directory: Path) -> None:
-        """Every rank writes its shards into ``directory/agent-<name>.dcp/`` (torch.distributed.checkpoint)."""
+    def checkpoint(self, directory: Path) -> CheckpointFile:
+        """Every rank writes its shards into ``directory/agent-<name>.dcp/`` (torch.distributed.checkpoint); returns
+        the folder, its size once every rank has written, and this rank's host, process and Ray node."""
         import torch.distributed.checkpoint as dcp
 
-        dcp.save(agent_state(self), checkpoint_id=str(dcp_folder(directory, self.name)))
+        folder = dcp_folder(directory, self.name)
+        if not folder.parent.is_dir():
+            raise RuntimeError(f"agent {self.name} (rank {self.rank}) on {socket.gethostname()} cannot see the "
+                               f"checkpoint folder {folder.parent} the controller made: put run.output_dir on a "
+                               "filesystem every node shares (the ranks write their own shards)")
+        dcp.save(agent_state(self), checkpoint_id=str(folder))
+        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        return CheckpointFile(file=folder.name, bytes=size, host=socket.gethostname(), pid=os.getpid(), node=_node())
 
     def restore(self, directory: Path) -> None:
         """Read back ``agent-<name>.dcp/`` (written on any number of ranks) into this rank's shards."""
@@ -249,9 +258,24 @@ class RankHost:
     def tokenizer(self) -> Any:
         return self.agent.tokenizer
 
+    def where(self) -> dict[str, Any]:
+        """Where this rank runs: rank, Ray node id ("" outside Ray), host, pid, torch threads, device."""
+        return {"rank": self.agent.rank, "node": _node(), "host": socket.gethostname(), "pid": os.getpid(),
+                "threads": torch.get_num_threads(), "device": str(next(self.agent.full.parameters()).device)}
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _node() -> str:
+    """The Ray node id of this process ("" when it is not a Ray worker)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except ImportError:
+        return ""
 
 
 def free_port() -> int:
