@@ -295,7 +295,8 @@ def start_sharded(cfg: Any, spec: Any, auxiliary: Sequence[Any], ranks: int, gpu
                                       freeze_vision=cfg.model.freeze_vision))
     if cfg.run.backend == "ray":
         init_ray(cfg.run.ray_address)
-        group: ProcessRanks | RayRanks = RayRanks(recipe, ranks, per_cpus, gpus / ranks, forwarded_env())
+        group: ProcessRanks | RayRanks = RayRanks(recipe, ranks, per_cpus, gpus / ranks, forwarded_env(),
+                                                  {k: float(v) / ranks for k, v in spec.resources.items()})
     else:
         group = ProcessRanks(recipe, ranks)
     handle = ShardedAgentHandle(spec, group, micro_batch=cfg.memory.micro_batch)

@@ -140,10 +140,12 @@ class ProcessRanks:
 
 
 class RayRanks:
-    """R ranks as Ray actors in one placement group (``PACK``: on one node when it fits), each reserving ``cpus`` and
-    ``gpus`` (its share of the agent's); rendezvous at rank 0's node."""
+    """R ranks as Ray actors in one placement group (``PACK``: on one node when it fits), each reserving ``cpus``,
+    ``gpus`` and custom ``resources`` (its share of the agent's: an agent pinned to a node by a resource keeps its
+    ranks there); rendezvous at rank 0's node."""
 
-    def __init__(self, recipe: Recipe, world: int, cpus: float, gpus: float, env: dict[str, str]) -> None:
+    def __init__(self, recipe: Recipe, world: int, cpus: float, gpus: float, env: dict[str, str],
+                 resources: dict[str, float] | None = None) -> None:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -151,11 +153,13 @@ class RayRanks:
 
         self.ray = ray
         self.world = world
-        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        resources = dict(resources or {})
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {}), **resources}
         self.pg = placement_group([dict(bundle) for _ in range(world)], strategy="PACK")
         ray.get(self.pg.ready())
         remote = ray.remote(RankHost)
-        self.actors = [remote.options(num_cpus=cpus, num_gpus=gpus, max_restarts=0, runtime_env={"env_vars": env},
+        self.actors = [remote.options(num_cpus=cpus, num_gpus=gpus, resources=resources or None, max_restarts=0,
+                                      runtime_env={"env_vars": env},
                                       scheduling_strategy=PlacementGroupSchedulingStrategy(
                                           placement_group=self.pg, placement_group_bundle_index=rank)).remote()
                        for rank in range(world)]
