@@ -277,8 +277,10 @@ def test_a_tiny_real_debate_trains_every_turn(name, tmp_path_factory, monkeypatc
     from corl_bench.train.trainer import Trainer
     from tests.conftest import tiny_family
 
+    # own family names: other tests register tiny-* families with fewer warm-start steps, whose models emit
+    # no answer at all (every reward 0, so no gradient) -- this test must not depend on which ran first
     for fam in ("qwen2-bpe", "neox-bpe"):
-        f = tiny_family(fam, warmstart_steps=4, warmstart_batch=16)
+        f = dataclasses.replace(tiny_family(fam, warmstart_steps=4, warmstart_batch=16), name=f"debatetest-{fam}")
         if f.name not in FAMILIES:
             FAMILIES.register(f.name, f)
     asked: list = []
@@ -297,7 +299,7 @@ def test_a_tiny_real_debate_trains_every_turn(name, tmp_path_factory, monkeypatc
     root = tmp_path_factory.mktemp(f"debate-{name}")
     cfg = load_config(None, [
         f"method.name={name}", "cohort.name=tiny-debate",
-        "cohort.agents=[{name: a0, family: tiny-qwen2-bpe}, {name: a1, family: tiny-neox-bpe, seed_offset: 1}]",
+        "cohort.agents=[{name: a0, family: debatetest-qwen2-bpe}, {name: a1, family: debatetest-neox-bpe, seed_offset: 1}]",
         "run.steps=2", f"run.output_dir={root / 'runs'}", f"model.cache_dir={tmp_path_factory.getbasetemp() / 'dc'}",
         "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=12",
         "eval.max_problems=2", "eval.samples=1", "eval.max_new_tokens=12", "grpo.lr=1e-3"])
