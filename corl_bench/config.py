@@ -233,6 +233,10 @@ class MemoryConfig:
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = ("all-linear",)
     """modules that get adapters: all-linear (every linear layer but the LM head) or names, e.g. [q_proj,v_proj]"""
+    autocast: str = "off"
+    """``bfloat16``: mixed precision as TRL and verl train on GPUs: weights, gradients and AdamW state stay fp32
+    (``model.dtype=float32``), the training and scoring forward passes run under ``torch.autocast`` in bf16
+    (log-softmax and entropy in fp32). ``off`` (default): every forward in the parameters' dtype"""
 
     def __post_init__(self) -> None:
         for name in ("micro_batch", "logit_chunk", "lora_rank"):
@@ -245,6 +249,8 @@ class MemoryConfig:
         _check(len(self.lora_targets) > 0 and all(t.strip() for t in self.lora_targets),
                "memory.lora_targets is empty; set memory.lora_targets=[all-linear] or module names like "
                "[q_proj,v_proj]")
+        _check(self.autocast in ("off", "bfloat16"), f"memory.autocast must be off or bfloat16 (got "
+               f"{self.autocast!r}); set memory.autocast=off")
         _check(not (self.shared_prefix and (self.logit_chunk or self.gradient_checkpointing)),
                "memory.shared_prefix cannot be combined with memory.logit_chunk or memory.gradient_checkpointing; "
                "set memory.shared_prefix=false or turn those off (memory.micro_batch bounds memory with it)")
@@ -537,6 +543,10 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
+    def __post_init__(self) -> None:
+        _check(self.memory.autocast == "off" or self.model.dtype == "float32", f"memory.autocast="
+               f"{self.memory.autocast} keeps fp32 master weights; set model.dtype=float32 (got {self.model.dtype})")
+
     def to_dict(self) -> dict[str, Any]:
         return _plain(dataclasses.asdict(self))
 
@@ -593,7 +603,11 @@ def config_from_dict(data: Mapping[str, Any] | None) -> Config:
         data = {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"a config must be a mapping of sections ({', '.join(f.name for f in fields(Config))})")
-    return _build(Config, _moved_keys(data), "")
+    data = _moved_keys(data)
+    memory = data.get("memory")
+    if isinstance(memory, Mapping) and memory.get("autocast") is False:  # YAML reads a bare off as false
+        data = {**data, "memory": {**memory, "autocast": "off"}}
+    return _build(Config, data, "")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -20,7 +20,8 @@ Memory (``MemoryConfig``, the config's ``memory:`` section, all off by default):
 update() into micro-batches with gradient accumulation (score() then keeps no graph: update() recomputes each
 micro-batch with grad); ``logit_chunk`` applies the LM head chunk by chunk over the completion positions;
 ``gradient_checkpointing``; ``lora_rank`` (or the agent's own) trains LoRA adapters only
-(:mod:`corl_bench.train.memory`).
+(:mod:`corl_bench.train.memory`); ``autocast=bfloat16`` runs score()'s and update()'s forward passes under
+``torch.autocast`` in bf16 while parameters, gradients and AdamW state stay in their (fp32) dtype.
 
 Agents never share parameters or gradients; Co-RL agents exchange extracted answers only, and that exchange happens
 in the method, above this layer.
@@ -251,7 +252,8 @@ class Agent:
         finally:
             self.model.train(was)
         gap = float((plain - shared).abs().max()) if plain.numel() else 0.0
-        tol = 1e-3 if next(self.model.parameters()).dtype == torch.float32 else 5e-2
+        fp32 = next(self.model.parameters()).dtype == torch.float32 and self.mem.autocast == "off"
+        tol = 1e-3 if fp32 else 5e-2
         if not gap <= tol:
             raise RuntimeError(f"memory.shared_prefix: agent {self.name}'s cached forward differs from its full "
                                f"forward (max log-prob gap {gap:.2e} > {tol:g}); set memory.shared_prefix=false")
@@ -381,6 +383,10 @@ class Agent:
 
         With ``memory.micro_batch`` = m > 0 no graph is kept: the statistics come from a no-grad pass over m samples
         at a time and :meth:`update` recomputes each micro-batch's forward pass with grad (memory follows m)."""
+        with memops.autocast(self.mem.autocast, self.model):
+            return self._score(samples)
+
+    def _score(self, samples: Sequence[TrainSample]) -> SampleStats:
         if self.mem.micro_batch:
             entropy, certainty = [], []
             for i in range(0, len(samples), self.mem.micro_batch):
@@ -456,11 +462,12 @@ class Agent:
         if isinstance(b, PolicyForward):
             return b.logp, b.ref_logp
         self.model.train()
-        logp = self._micro_logp(self.model, b)
-        ref_logp = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref_logp = self._micro_logp(self.reference, b)
+        with memops.autocast(self.mem.autocast, self.model):
+            logp = self._micro_logp(self.model, b)
+            ref_logp = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_logp = self._micro_logp(self.reference, b)
         return logp, ref_logp
 
     def step_micro(self, batches: Sequence[MicroBatch | PolicyForward], advantages: torch.Tensor,

@@ -5,6 +5,7 @@
   materialising (N, T, V) logits; checked once against the model's own logits;
 * :func:`enable_gradient_checkpointing` — ``memory.gradient_checkpointing``: recompute each decoder layer in
   backward (non-reentrant);
+* :func:`autocast` — ``memory.autocast=bfloat16``: bf16 forward passes over fp32 weights (mixed precision);
 * :func:`apply_lora` / :func:`merged_state_dict` — LoRA adapters (``peft``, imported lazily) injected into the
   model in place, the base frozen; the merged weights are what ``Agent.save`` writes and what an EMA teacher
   follows.
@@ -14,6 +15,7 @@ Nothing here runs unless one of those options is set, so the default training st
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from typing import Any, Sequence
@@ -94,6 +96,16 @@ class SplitLM:
             raise RuntimeError(f"memory.logit_chunk: the split LM head of {type(self.model).__name__} does not "
                                f"reproduce its logits (max difference {err:.3g}); set memory.logit_chunk=0")
         self.checked = True
+
+
+def autocast(setting: str, model: Any) -> Any:
+    """``memory.autocast``: for ``bfloat16`` a ``torch.autocast`` context on the model's device type, so the forward
+    passes inside it run their matmuls in bf16 while the parameters (and so gradients and AdamW state) keep their
+    fp32 dtype; no cast cache, so no bf16 copy of the weights outlives a layer (gradient checkpointing and FSDP2 keep
+    their memory). The log-softmax and entropy of :mod:`corl_bench.train.grpo` upcast to fp32. ``off``: a no-op."""
+    if setting == "off":
+        return contextlib.nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 
 def enable_gradient_checkpointing(model: Any) -> None:
