@@ -203,3 +203,74 @@ def test_validate_says_what_the_hf_profile_chose_on_a_cpu_on_cpu(tmp_path, monke
     here = CliRunner().invoke(app, ["validate", str(REPO / "configs" / "paper" / "corl-cross-family.yaml")])
     assert here.exit_code == 2 and "HF_HUB_OFFLINE is set" in here.output, here.output  # on this machine: refused
     assert "max_problems: 0" in paper.stdout and "prompts_per_step: 128" in paper.stdout  # the paper's sizes kept
+
+
+# ------------------------------------------------------------------------------ mixed precision, ranks, vLLM's share
+TOY = fit.Arch("toy", hidden=4, layers=2, heads=2, kv_heads=1, head_dim=2, intermediate=8, vocab=10, tied=False)
+
+
+def test_mixed_precision_and_ranks_are_counted_byte_by_byte_on_cpu() -> None:
+    """A toy architecture by hand: a layer 4·2·(2·2 + 2·1) + 3·4·8 + 2·4 = 152 parameters, embedding and untied head
+    2·10·4 = 80, 388 in all. Two FSDP2 ranks in mixed precision (fp32 weights), micro-batch 2 of 3 + 5 tokens, no
+    logit chunk, checkpointing, 4 KV sequences: weights 388·4/2 + 388·4 (the full copy) = 2328 B, gradients + AdamW
+    3·388·4/2 = 2328, gathered (2·152 + 80)·4 = 1536, activations 16·4·4·2 (fp32 layer inputs) + 16·(16·4 + 3·8)·2
+    = 3328, logits 16 rows · 10 · 14 = 2240, bf16 casts (152 + 40)·2 = 384, KV 4·8·(2·2·1·2·4) = 1024."""
+    est = fit.estimate(TOY, dtype_bytes=4, prompt_tokens=3, new_tokens=5, micro_batch=2, logit_chunk=0,
+                       checkpointing=True, max_batch=4, mixed_precision=True, ranks=2)
+    assert TOY.params == 388
+    want = {"weights": 2328, "full_copy": 1552, "grads+adamw": 2328, "gathered": 1536, "activations": 3328,
+            "logits": 2240, "casts": 384, "kv_cache": 1024, "resident": 4656, "train_peak": 12144,
+            "rollout_peak": 5680, "peak": 12144}
+    assert {k: round(est[k] * GB) for k in want} == want
+    plain = fit.estimate(TOY, dtype_bytes=4, prompt_tokens=3, new_tokens=5, micro_batch=2, logit_chunk=0,
+                         checkpointing=True, max_batch=4)
+    assert round(plain["logits"] * GB) == 16 * 10 * 12 and plain["casts"] == plain["gathered"] == plain["full_copy"] == 0
+    assert round(plain["activations"] * GB) == 16 * 4 * 4 * 2 + 16 * 88 * 4  # fp32 throughout
+    assert round(plain["weights"] * GB) == round(plain["grads+adamw"] * GB) / 3 == 388 * 4
+    no_ckpt = fit.estimate(TOY, dtype_bytes=4, prompt_tokens=3, new_tokens=5, micro_batch=2, logit_chunk=0,
+                           checkpointing=False, max_batch=4, mixed_precision=True)
+    assert round(no_ckpt["activations"] * GB) == 16 * (88 * 2 + 4 * 4) * 2  # every layer: bf16 outputs, fp32 input
+    assert round(no_ckpt["casts"] * GB) == (2 * 152 + 40) * 2
+
+
+def test_a_vllm_engines_share_replaces_the_kv_cache_and_sleeps_through_training_on_cpu() -> None:
+    kw = dict(dtype_bytes=4, prompt_tokens=3, new_tokens=5, micro_batch=2, logit_chunk=0, checkpointing=True,
+              max_batch=4, mixed_precision=True, ranks=2)
+    base = fit.estimate(TOY, **kw)
+    awake = fit.estimate(TOY, engine_gb=1.0, **kw)
+    assert awake["kv_cache"] == 0 and awake["engine_kv_room"] == pytest.approx(1.0 - 388 * 2 / GB)
+    assert awake["train_peak"] == pytest.approx(base["train_peak"] + 1.0)  # awake through training (disjoint)
+    assert awake["rollout_peak"] == pytest.approx(base["resident"] + 1.0)
+    asleep = fit.estimate(TOY, engine_gb=1.0, engine_sleeps=True, **kw)
+    assert asleep["train_peak"] == pytest.approx(base["train_peak"]) and asleep["peak"] == asleep["rollout_peak"]
+
+
+def test_the_7b_tier_architectures_give_their_published_sizes_on_cpu() -> None:
+    """Qwen2.5-7B: 7.61 B parameters (its model card; biases left out here), Llama-3.1-8B: 8.03 B."""
+    assert fit.KNOWN["Qwen/Qwen2.5-7B"].params / 1e9 == pytest.approx(7.61, rel=2e-3)
+    assert fit.KNOWN["meta-llama/Llama-3.1-8B-Instruct"].params / 1e9 == pytest.approx(8.03, rel=2e-3)
+
+
+def test_the_peak_per_gpu_follows_the_placement_on_cpu() -> None:
+    """Ray + disjoint: one entry per agent (its rank 0); Ray + timeshare: one GPU, the larger of all agents training
+    and all generating at once, each vLLM engine with 0.3 / 2 of an 80 GB GPU (nothing here reads a GPU's size)."""
+    base = ["rollout.prompts_per_step=8", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=128",
+            "model.device=cuda", "memory.micro_batch=2", "memory.autocast=bfloat16", "run.backend=ray",
+            "rollout.backend=vllm"]
+    archs = [fit.KNOWN["smol"], fit.KNOWN["gemma3-270m"]]
+    cfg = _resolved(_cfg(*base, "run.gpus_per_agent=2"))
+    a0, a1 = (a.name for a in cfg.cohort.agents)
+    kind, rows = fit.agent_estimates(cfg, archs, 0, 4)
+    peaks = fit.device_peaks(cfg, archs, 0, 4)
+    assert kind == "disjoint" and list(peaks) == [f"cuda:0 ({a0}, rank 0 of 2)", f"cuda:0 ({a1}, rank 0 of 2)"]
+    assert [p for p in peaks.values()] == [est["peak"] for _, _, est in rows]
+    assert all(est["engine"] == pytest.approx(0.3 * 80) and est["full_copy"] > 0 for _, _, est in rows)
+    shared = _resolved(_cfg(*base, "run.gpus_per_agent=1", "run.placement=timeshare"))
+    kind, rows = fit.agent_estimates(shared, archs, 0, 4)
+    peaks = fit.device_peaks(shared, archs, 0, 4)
+    assert kind == "timeshare" and list(peaks) == [f"cuda:0 (timeshare: {a0}, {a1})"]
+    assert all(est["engine"] == pytest.approx(0.15 * 80) for _, _, est in rows)
+    train, gen = (sum(est[k] for _, _, est in rows) for k in ("train_peak", "rollout_peak"))
+    assert gen > train and list(peaks.values()) == [pytest.approx(max(train, gen))]
+    assert fit.device_peaks(shared, archs, 0, 4, gpu_gb=141)[f"cuda:0 (timeshare: {a0}, {a1})"] == pytest.approx(
+        gen + 2 * 0.15 * (141 - 80))

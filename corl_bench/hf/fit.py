@@ -11,8 +11,11 @@ fused kernel); without it every layer keeps those intermediates. The constant is
 Logits: ``logit_chunk`` rows of the vocabulary at a time, three fp32 copies (logits, log-softmax, gradient); 0 = the
 whole micro-batch's completion positions at once.
 
+Mixed precision (``memory.autocast=bfloat16``), sharded agents (FSDP2 ranks, each also holding a full copy of the
+weights for rank-0 generation) and a vLLM engine's share of the GPU are counted as :func:`estimate` describes.
 Agents of one process on one device train in turn, so a device needs every agent's resident state plus the largest
-single agent's transient peak. :func:`fit_memory` picks ``memory.micro_batch`` and ``memory.logit_chunk`` for the hf
+single agent's transient peak; Ray agents each have their own GPUs (``disjoint``) or share one (``timeshare``:
+every agent training, or every agent generating, at once). :func:`fit_memory` picks ``memory.micro_batch`` and ``memory.logit_chunk`` for the hf
 profile's CPU defaults (the largest power-of-two micro-batch whose step fits 60 % of the machine's memory, as
 ``auto_find_batch_size`` halves a batch until it fits), and :func:`check_memory` refuses a run whose estimated peak
 exceeds the memory a device has, naming options that would fit. These are estimates (allocator slack and, on CUDA, the
@@ -58,13 +61,20 @@ class Arch:
         return self.params + self.vision_params
 
     @property
-    def params(self) -> int:
-        """Decoder parameters: attention (q, k, v, o; biases ignored), gated MLP (3 matrices), norms, embeddings."""
+    def layer_params(self) -> int:
+        """One decoder layer: attention (q, k, v, o; biases ignored), gated MLP (3 matrices), two norms."""
         attn = self.hidden * self.head_dim * (self.heads * 2 + self.kv_heads * 2)
-        mlp = 3 * self.hidden * self.intermediate
-        per_layer = attn + mlp + 2 * self.hidden
-        emb = self.vocab * self.hidden * (1 if self.tied else 2)
-        return self.layers * per_layer + emb + self.hidden
+        return attn + 3 * self.hidden * self.intermediate + 2 * self.hidden
+
+    @property
+    def embedding_params(self) -> int:
+        """The token embedding and, untied, the LM head."""
+        return self.vocab * self.hidden * (1 if self.tied else 2)
+
+    @property
+    def params(self) -> int:
+        """Decoder parameters: the layers, the embeddings (and untied head), the final norm."""
+        return self.layers * self.layer_params + self.embedding_params + self.hidden
 
     def kv_bytes_per_token(self, bytes_per_value: int) -> int:
         return self.layers * 2 * self.kv_heads * self.head_dim * bytes_per_value
@@ -77,6 +87,9 @@ KNOWN = {
     "meta-llama/Llama-3.2-3B-Instruct": Arch("meta-llama/Llama-3.2-3B-Instruct", 3072, 28, 24, 8, 128, 8192, 128256,
                                              True),
     "Qwen/Qwen3-1.7B-Base": Arch("Qwen/Qwen3-1.7B-Base", 2048, 28, 16, 8, 128, 6144, 151936, True),
+    "Qwen/Qwen2.5-7B": Arch("Qwen/Qwen2.5-7B", 3584, 28, 28, 4, 128, 18944, 152064, False),
+    "meta-llama/Llama-3.1-8B-Instruct": Arch("meta-llama/Llama-3.1-8B-Instruct", 4096, 32, 32, 8, 128, 14336, 128256,
+                                             False),
     "smol": Arch("smol", 576, 30, 9, 3, 64, 1536, 49152, True),
     "gemma3-270m": Arch("gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, True),
 }
@@ -200,28 +213,60 @@ def arch_of(ref: str, cache_root: Path | None = None) -> Arch | None:
 
 
 def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, micro_batch: int, logit_chunk: int,
-             checkpointing: bool, max_batch: int, copies: int = 0, lora: bool = False) -> dict[str, float]:
-    """GB (1e9 bytes) of one agent's step. ``copies``: frozen weight copies (KL reference, auxiliary models);
-    ``lora``: adapters only are trained (gradients and AdamW of the base weights are not held)."""
+             checkpointing: bool, max_batch: int, copies: int = 0, lora: bool = False, mixed_precision: bool = False,
+             ranks: int = 1, engine_gb: float = 0.0, engine_dtype_bytes: int = 2, engine_sleeps: bool = False
+             ) -> dict[str, float]:
+    """GB (1e9 bytes) of one agent's step on its busiest GPU (rank 0, which also generates). ``copies``: frozen
+    weight copies (KL reference, auxiliary models); ``lora``: adapters only are trained (gradients and AdamW of the
+    base weights are not held).
+
+    ``mixed_precision`` (``memory.autocast=bfloat16``, weights in ``dtype_bytes`` = 4): weights, gradients and AdamW
+    stay fp32 (16 bytes per parameter); the matmul outputs a layer keeps are bf16 (2 bytes), the residual stream
+    (each checkpointed layer's input) stays fp32 (the embedding and the residual adds are fp32 under autocast);
+    logits: the bf16 head output plus the three fp32 copies (14 bytes a value); and the bf16 weight casts the
+    matmuls keep for backward (one layer and the LM head with checkpointing, every layer without).
+
+    ``ranks`` > 1 (FSDP2, :mod:`corl_bench.train.sharded`): the policy, its gradients and AdamW state are 1/ranks a
+    rank, but every rank also keeps a full copy of the weights (rank 0 generates from it; refreshed after every
+    step) and the frozen copies whole, plus what FSDP2 gathers: the current and the prefetched layer, and the root's
+    embeddings and head, which stay unsharded from forward to backward. ``micro_batch`` is per rank.
+
+    ``engine_gb``: a vLLM engine's reservation (``gpu_memory_utilization`` x the GPU) for its own weights (in
+    ``engine_dtype_bytes``) and KV cache, which then is not counted here; awake through training unless
+    ``engine_sleeps`` (``sleep_level`` > 0, as ``run.placement=timeshare`` sets: asleep while its agent trains).
+    0: the in-process engine, whose KV cache of ``max_batch`` sequences (in the weights' dtype) sits beside the
+    resident state."""
     n = a.total_params  # a VLM's vision tower trains with it (model.freeze_vision: weights only; not modelled)
     tokens = prompt_tokens + new_tokens
-    weights = n * dtype_bytes * (1 + copies)
-    train_state = 0 if lora else n * dtype_bytes * 3  # gradients + AdamW exp_avg + exp_avg_sq
-    per_token_layer = (16 * a.hidden + 3 * a.intermediate) * dtype_bytes  # one layer's saved intermediates per token
+    act_b = 2 if mixed_precision else dtype_bytes  # matmul outputs under autocast
+    sharded = n * dtype_bytes / ranks
+    full = n * dtype_bytes if ranks > 1 else 0  # every rank's full copy (rank-0 generation, save, EMA)
+    weights = sharded + full + n * dtype_bytes * copies
+    train_state = 0 if lora else n * dtype_bytes * 3 / ranks  # gradients + AdamW exp_avg + exp_avg_sq
+    gathered = (2 * a.layer_params + a.embedding_params) * dtype_bytes if ranks > 1 else 0
+    per_token_layer = (16 * a.hidden + 3 * a.intermediate) * act_b  # one layer's saved intermediates per token
     rows = micro_batch * tokens
     if checkpointing:
         acts = rows * a.hidden * dtype_bytes * a.layers + rows * per_token_layer
+    elif mixed_precision:
+        acts = rows * (per_token_layer + a.hidden * dtype_bytes) * a.layers
     else:
         acts = rows * per_token_layer * a.layers
-    logit_rows = logit_chunk if logit_chunk > 0 else micro_batch * new_tokens
-    logits = logit_rows * a.vocab * 4 * 3
-    kv = max_batch * tokens * a.kv_bytes_per_token(dtype_bytes)
-    train_peak = weights + train_state + acts + logits
-    rollout_peak = weights + train_state + kv  # optimiser state stays resident while the agent generates
-    return {"params_B": n / 1e9, "weights": weights / GB, "grads+adamw": train_state / GB, "activations": acts / GB,
-            "logits": logits / GB, "kv_cache": kv / GB, "resident": (weights + train_state) / GB,
-            "train_peak": train_peak / GB, "rollout_peak": rollout_peak / GB,
-            "peak": max(train_peak, rollout_peak) / GB}
+    logit_rows = logit_chunk if logit_chunk > 0 else rows  # unchunked: the logits of every position (prompt too)
+    logits = logit_rows * a.vocab * (4 * 3 + (2 if mixed_precision else 0))
+    casts = 0
+    if mixed_precision:
+        casts = ((1 if checkpointing else a.layers) * a.layer_params + a.vocab * a.hidden) * 2
+    kv = 0 if engine_gb else max_batch * tokens * a.kv_bytes_per_token(dtype_bytes)
+    engine = engine_gb * GB
+    resident = weights + train_state
+    train_peak = resident + gathered + acts + logits + casts + (0 if engine_sleeps else engine)
+    rollout_peak = resident + kv + engine  # optimiser state stays resident while the agent generates
+    return {"params_B": n / 1e9, "weights": weights / GB, "full_copy": full / GB, "grads+adamw": train_state / GB,
+            "gathered": gathered / GB, "activations": acts / GB, "logits": logits / GB, "casts": casts / GB,
+            "kv_cache": kv / GB, "engine": engine_gb, "engine_kv_room": (engine - n * engine_dtype_bytes) / GB
+            if engine_gb else 0.0, "resident": resident / GB, "train_peak": train_peak / GB,
+            "rollout_peak": rollout_peak / GB, "peak": max(train_peak, rollout_peak) / GB}
 
 
 def machine_memory() -> int:
@@ -240,7 +285,9 @@ def machine_memory() -> int:
 
 
 def device_memory(device: str) -> int:
-    """Bytes a device has: the machine's memory for the CPU, the GPU's total for ``cuda[:N]`` (0 if unknown)."""
+    """Bytes a device has: the machine's memory for the CPU, the GPU's total for ``cuda[:N]`` (0 if unknown); a
+    :func:`device_peaks` label (``"cuda:0 (a0, rank 0 of 4)"``) is read as its device."""
+    device = device.split()[0] if device.strip() else device
     if not device.startswith("cuda"):
         return machine_memory()
     import torch
@@ -251,33 +298,92 @@ def device_memory(device: str) -> int:
     return int(torch.cuda.get_device_properties(index).total_memory) if index < torch.cuda.device_count() else 0
 
 
+ASSUMED_GPU_GB = 80.0
+"""a GPU's memory where the estimate cannot read it (no CUDA here): an 80 GB A100 / H100, for a vLLM engine's share"""
+_ENGINE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
+
+
 def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_chunk: int, copies: int,
-                    dtype_bytes: int) -> dict[str, float]:
+                    dtype_bytes: int, engine: tuple[float, int, bool] = (0.0, 2, False)) -> dict[str, float]:
+    from corl_bench.config import agent_resources
+
     batch = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+    ranks = agent_resources(agent, cfg.run)[0]
     lora = (agent.lora_rank if agent.lora_rank is not None else cfg.memory.lora_rank) > 0
     return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=PROMPT_TOKENS + arch.image_tokens,
                     new_tokens=cfg.rollout.max_new_tokens,
-                    micro_batch=micro_batch or batch, logit_chunk=logit_chunk,
+                    micro_batch=micro_batch or math.ceil(batch / ranks), logit_chunk=logit_chunk,
                     checkpointing=cfg.memory.gradient_checkpointing,
-                    max_batch=min(cfg.rollout.max_batch or batch, batch), copies=copies, lora=lora)
+                    max_batch=min(cfg.rollout.max_batch or batch, batch), copies=copies, lora=lora,
+                    mixed_precision=cfg.memory.autocast == "bfloat16", ranks=ranks, engine_gb=engine[0],
+                    engine_dtype_bytes=engine[1], engine_sleeps=engine[2])
 
 
-def device_peaks(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int, micro_batch: int | None = None,
-                 logit_chunk: int | None = None) -> dict[str, float]:
-    """Estimated peak GB per device: every agent's resident state there plus the largest transient peak (agents of
-    one process train in turn; with ``run.backend=ray`` each agent is its own process but they may share a node)."""
+def engine_share(cfg: Any, kind: str, dtype_bytes: int, gpu_gb: float) -> tuple[float, int, bool]:
+    """(GB an agent's vLLM engine reserves: ``gpu_memory_utilization`` x ``gpu_gb``, bytes per engine weight, whether
+    it sleeps while its agent trains: ``sleep_level`` > 0, which ``timeshare`` sets) under placement ``kind``; (0, 2, False) for an in-process engine (hf, fast).
+    The share: the engine option, else what :func:`corl_bench.train.placement.engine_options` gives (timeshare:
+    0.3 / agents), else the engine's default (0.3)."""
+    if cfg.rollout.backend != "vllm":
+        return 0.0, 2, False
+    from corl_bench.train import placement
+
+    opts = placement.engine_options(cfg, placement.Placement(kind, (), sleep=kind == "timeshare"))
+    share = float(opts.get("gpu_memory_utilization", placement.DEFAULT_GPU_MEMORY))
+    sleeps = int(opts.get("sleep_level", 0)) > 0  # timeshare sets 1; any placement may ask for it
+    return share * gpu_gb, _ENGINE_BYTES.get(str(opts.get("dtype")), dtype_bytes), sleeps
+
+
+def agent_estimates(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int,
+                    micro_batch: int | None = None, logit_chunk: int | None = None, gpu_gb: float | None = None,
+                    cluster_gpus: float | None = None) -> tuple[str, list[tuple[Any, str, dict[str, float]]]]:
+    """(placement kind, [(cohort agent, its device, :func:`estimate` of its busiest GPU)] for agents of known
+    architecture). The placement: ``local`` for ``run.backend=local``, else what
+    :func:`corl_bench.train.placement.resolve` picks for ``cluster_gpus`` (None: as if every agent had its GPUs).
+    A vLLM engine's share is of ``gpu_gb`` (default: the device's memory, else :data:`ASSUMED_GPU_GB`)."""
+    from corl_bench.train import placement
+
     mb = cfg.memory.micro_batch if micro_batch is None else micro_batch
     lc = cfg.memory.logit_chunk if logit_chunk is None else logit_chunk
-    resident: dict[str, float] = {}
-    transient: dict[str, float] = {}
+    kind = placement.resolve(cfg, cluster_gpus).kind if cfg.run.backend == "ray" else "local"
+    rows = []
     for agent, arch in zip(cfg.cohort.agents, archs):
         if arch is None:
             continue
         device = _device_key(agent.device or cfg.model.device)
-        est = _agent_estimate(cfg, agent, arch, mb, lc, copies, dtype_bytes)
-        resident[device] = resident.get(device, 0.0) + est["resident"]
-        transient[device] = max(transient.get(device, 0.0), est["peak"] - est["resident"])
-    return {d: resident[d] + transient[d] for d in resident}
+        gb = gpu_gb or (device_memory(device) / GB if device.startswith("cuda") else 0.0) or ASSUMED_GPU_GB
+        engine = engine_share(cfg, "disjoint" if kind == "local" else kind, dtype_bytes, gb)
+        rows.append((agent, device, _agent_estimate(cfg, agent, arch, mb, lc, copies, dtype_bytes, engine)))
+    return kind, rows
+
+
+def device_peaks(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int, micro_batch: int | None = None,
+                 logit_chunk: int | None = None, gpu_gb: float | None = None,
+                 cluster_gpus: float | None = None) -> dict[str, float]:
+    """Estimated peak GB per device (:func:`agent_estimates`). ``run.backend=local``: every agent's resident state
+    on its device plus the largest transient peak (agents of one process train in turn). ``run.backend=ray`` (the
+    agents work at the same time): ``disjoint`` — one entry per agent, its rank 0's GPU (``"cuda:0 (a0, rank 0 of
+    4)"``); ``timeshare`` — one GPU for all, the larger of every agent training and every agent generating at once."""
+    from corl_bench.config import agent_resources
+
+    kind, rows = agent_estimates(cfg, archs, copies, dtype_bytes, micro_batch, logit_chunk, gpu_gb, cluster_gpus)
+    resident: dict[str, float] = {}
+    transient: dict[str, float] = {}
+    for agent, device, est in rows:
+        if kind == "disjoint":
+            ranks = agent_resources(agent, cfg.run)[0]
+            resident[f"{device} ({agent.name}{f', rank 0 of {ranks}' if ranks > 1 else ''})"] = est["peak"]
+        elif kind == "timeshare":  # the agents train at the same time, and generate at the same time
+            key = f"{device} (timeshare: {', '.join(a.name for a in cfg.cohort.agents)})"
+            resident[key] = resident.get(key, 0.0) + est["rollout_peak"]
+            transient[key] = transient.get(key, 0.0) + est["train_peak"]
+        else:
+            always = est["resident"] + est["engine"]  # a vLLM engine on the local backend never sleeps
+            resident[device] = resident.get(device, 0.0) + always
+            transient[device] = max(transient.get(device, 0.0), est["peak"] - always)
+    if kind == "timeshare":
+        return {k: max(resident[k], transient[k]) for k in resident}
+    return {d: resident[d] + transient.get(d, 0.0) for d in resident}
 
 
 def _device_key(device: str) -> str:
@@ -316,21 +422,29 @@ def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_byte
         if have <= 0 or peak <= have:
             continue
         fixes = []
+        chunk = 0 if _sharded(cfg) else 256  # a sharded agent has no chunked logits yet
         for mb in (8, 4, 2, 1):
-            for options, overrides in ((f"memory.micro_batch={mb} memory.logit_chunk=256", {}),
-                                       (f"memory.micro_batch={mb} memory.logit_chunk=256 "
+            for options, overrides in ((f"memory.micro_batch={mb} memory.logit_chunk={chunk}", {}),
+                                       (f"memory.micro_batch={mb} memory.logit_chunk={chunk} "
                                         "memory.gradient_checkpointing=true", {"checkpointing": True})):
-                est = _with(cfg, mb, 256, **overrides)
+                est = _with(cfg, mb, chunk, **overrides)
                 if max(device_peaks(est, archs, copies, dtype_bytes).values() or [0.0]) <= have * 0.9:
                     fixes.append(options)
                     break
             if fixes:
                 break
         fix = fixes[0] if fixes else ("fewer or shorter rollouts (rollout.prompts_per_step, rollout.samples_per_prompt, "
-                                      "rollout.max_new_tokens), memory.lora_rank=16, or a device with more memory")
+                                      "rollout.max_new_tokens), " + ("more ranks per agent (its gpus / ranks)" if
+                                      _sharded(cfg) else "memory.lora_rank=16") + ", or a device with more memory")
         machine_problem(f"one training step needs about {peak:.1f} GB on {device} (estimated from the models' "
                         f"architectures) and it has {have:.1f} GB; set {fix}")
     return peaks
+
+
+def _sharded(cfg: Any) -> bool:
+    from corl_bench.config import agent_resources
+
+    return any(agent_resources(a, cfg.run)[0] > 1 for a in cfg.cohort.agents)
 
 
 def _with(cfg: Any, micro_batch: int, logit_chunk: int, checkpointing: bool = False) -> Any:
