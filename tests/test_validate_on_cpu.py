@@ -39,3 +39,21 @@ def test_ray_backend_without_ray_is_refused_in_one_line(monkeypatch, tmp_path):
     code, out = _invoke(["validate", "--set", "run.backend=ray", "--set", f"run.output_dir={tmp_path / 'runs'}"])
     assert code == 2 and "run.backend=ray needs Ray" in _error_line(out)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_missing_ray_or_vllm_is_a_warning_when_validating_for_another_machine(monkeypatch, tmp_path):
+    """``validate --elsewhere`` checks a config for a GPU machine from one without Ray or vLLM: what this machine
+    lacks is a warning there (refused without --elsewhere, as above)."""
+    import corl_bench.rollout.vllm as vmod
+    import corl_bench.train.runner as runner
+
+    real = importlib.util.find_spec
+    missing = lambda name, *a: None if name in ("ray", "vllm") else real(name, *a)  # noqa: E731
+    monkeypatch.setattr(runner.importlib.util, "find_spec", missing)
+    monkeypatch.setattr(vmod.importlib.util, "find_spec", missing)
+    sets = ["--set", "run.backend=ray", "--set", "rollout.backend=vllm", "--set", f"run.output_dir={tmp_path / 'r'}"]
+    res = CliRunner().invoke(app, ["validate", "--elsewhere", *sets])
+    assert res.exit_code == 0, res.output
+    assert "run.backend=ray needs Ray" in res.stderr and "vllm is not installed" in res.stderr, res.stderr
+    code, out = _invoke(["validate", *sets])
+    assert code == 2 and "needs vLLM" in _error_line(out)  # the first thing this machine lacks, refused

@@ -385,12 +385,13 @@ class VLLMEngine:
 
     @classmethod
     def check_available(cls) -> None:
-        """``corl-bench validate``: one ``ConfigError`` line where vLLM cannot be imported."""
+        """``corl-bench validate``: one line where vLLM cannot be imported (a :class:`~corl_bench.config.MachineError`:
+        ``validate --elsewhere`` warns, as the config is for a machine that has it)."""
         problem = vllm_unavailable()
         if problem:
-            from corl_bench.config import ConfigError
+            from corl_bench.config import machine_problem
 
-            raise ConfigError(problem)
+            machine_problem(problem)
 
 
 def _shutdown(llm: Any, restore: bool = True) -> None:

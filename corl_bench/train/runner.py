@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corl_bench.config import Config, ConfigError
+from corl_bench.config import Config, ConfigError, machine_problem
 from corl_bench.profile import Profile, check_profile_class
 from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
 from corl_bench.registries import RegistryError
@@ -132,9 +132,9 @@ def resolve(cfg: Config) -> Plan:
     if hasattr(engine_cls, "check_available"):  # optional hook: an engine whose backend is not installed (vllm)
         engine_cls.check_available()
     _check_engine_options(engine_cls, cfg.rollout.backend, cfg.rollout.engine_options)
-    if cfg.run.backend == "ray" and importlib.util.find_spec("ray") is None:
-        raise ConfigError("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'; or set "
-                          "run.backend=local")
+    if cfg.run.backend == "ray" and importlib.util.find_spec("ray") is None:  # validate --elsewhere: a warning
+        machine_problem("run.backend=ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'; or set "
+                        "run.backend=local")
     _check_devices(cfg)
     placement.check(cfg)  # run.placement: what needs one process per agent, what cannot share a GPU
     _check_ranks(cfg)  # an agent over several ranks (FSDP2): what it does not support yet
