@@ -274,3 +274,28 @@ def test_the_peak_per_gpu_follows_the_placement_on_cpu() -> None:
     assert gen > train and list(peaks.values()) == [pytest.approx(max(train, gen))]
     assert fit.device_peaks(shared, archs, 0, 4, gpu_gb=141)[f"cuda:0 (timeshare: {a0}, {a1})"] == pytest.approx(
         gen + 2 * 0.15 * (141 - 80))
+
+
+def test_estimate_memory_prints_the_7b_cell_per_gpu_as_it_runs_on_cpu() -> None:
+    """``scripts/estimate_memory.py --config configs/paper/corl-cross-family-7b.yaml``: each agent on 4 ranks in
+    mixed precision beside a sleeping vLLM engine, each rank 0's GPU as :func:`fit.device_peaks` gives it; every rank
+    keeps the full fp32 weights (params x 4 bytes) on top of its quarter of weights, gradients and AdamW."""
+    import json
+    import subprocess
+    import sys
+
+    from corl_bench.registries import METHODS
+    from corl_bench.hf.profile import HFProfile
+
+    path = REPO / "configs" / "paper" / "corl-cross-family-7b.yaml"
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "estimate_memory.py"), "--config", str(path),
+                          "--json"], capture_output=True, text=True, check=True, cwd=REPO)
+    got = json.loads(out.stdout)
+    cfg = load_config(path)
+    archs = [fit.KNOWN[a.family] for a in cfg.cohort.agents]
+    peaks = fit.device_peaks(cfg, archs, HFProfile.copies(cfg, METHODS.get("corl")), 4)
+    assert got["per_gpu"] == {d: round(p, 2) for d, p in peaks.items()} and len(peaks) == 2
+    for row, arch in zip(got["agents"], archs):
+        assert row["ranks"] == 4 and row["full_copy"] == round(arch.params * 4 / GB, 2)
+        assert row["grads+adamw"] == round(arch.params * 12 / 4 / GB, 2) and row["engine"] == 0.3 * 80
+        assert row["peak"] == row["rollout_peak"] > row["train_peak"]  # the engine sleeps through training

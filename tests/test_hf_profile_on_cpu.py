@@ -353,6 +353,7 @@ def test_every_paper_config_validates_on_a_cpu_without_its_models(path, tmp_path
     training data and the hub models this CPU lacks are warnings) and carry the paper's settings (lr 3e-6, 128
     prompts, K 12, 3072 tokens, no KL)."""
     from corl_bench.config import checking_for_elsewhere
+    from corl_bench.train import placement
     from corl_bench.train.runner import resolve
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
@@ -362,8 +363,12 @@ def test_every_paper_config_validates_on_a_cpu_without_its_models(path, tmp_path
     assert cfg.model.profile == "hf" and cfg.grpo.lr == 3e-6 and cfg.grpo.kl_coef == 0
     assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens) == (128, 12, 3072)
     assert cfg.data.train == "math-level345" and cfg.run.steps == 139
-    devices = [a.device for a in cfg.cohort.agents]
-    assert len(set(devices)) == len(devices)  # each agent on its own GPU
+    # on GPUs (issue 26): Ray actors, vLLM rollouts, bf16 autocast over fp32 weights; each agent its own GPUs where
+    # the cluster has them all (run.placement auto -> disjoint)
+    assert (cfg.run.backend, cfg.rollout.backend, cfg.memory.autocast, cfg.model.dtype) == (
+        "ray", "vllm", "bfloat16", "float32")
+    want = placement.wanted_gpus(cfg)
+    assert min(want) >= 1 and placement.resolve(cfg, cluster_gpus=sum(want)).kind == "disjoint"
 
 
 VLM_PAPER_CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs" / "paper" / "vlm").glob("*.yaml"))

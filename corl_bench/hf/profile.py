@@ -189,8 +189,9 @@ class HFProfile(Profile):
         peaks = fit.check_memory(cfg, cls.archs(cfg), cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
         if not peaks:
             return []
+        have = {d: fit.device_memory(d) / fit.GB for d in peaks}
         return ["estimated peak of a training step: " + ", ".join(
-            f"{p:.1f} GB of {fit.device_memory(d) / fit.GB:.0f} GB on {d}" for d, p in peaks.items())]
+            f"{p:.1f} GB{f' of {have[d]:.0f} GB' if have[d] else ''} on {d}" for d, p in peaks.items())]
 
     @classmethod
     def archs(cls, cfg: Any) -> list[Any]:
