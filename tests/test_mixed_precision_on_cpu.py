@@ -102,3 +102,39 @@ def test_the_autocast_update_is_close_to_the_fp32_update(tiny, extra) -> None:
     step1 = torch.cat([(a - b).flatten() for a, b in zip(params1, before)])
     assert float(step0.abs().max()) > 1e-4  # the update moved the weights
     assert float((step1 - step0).norm() / step0.norm()) < 0.1
+
+
+def test_a_sharded_agent_under_autocast_updates_like_one_rank_under_autocast(tmp_path) -> None:
+    """Two FSDP2 ranks (gloo) with ``memory.autocast=bfloat16``: the same step as one process in mixed precision, within
+    bf16 rounding (here the ranks' micro-batches are the one process's, so equal up to FSDP2's summed gradients),
+    and nearer to it than to the fp32 step: the ranks' forward passes ran in bf16."""
+    from corl_bench.config import MemoryConfig
+    from corl_bench.train.ranks import ProcessRanks, ShardedAgentHandle
+    from corl_bench.train.sharded import Recipe
+    from tests.test_sharded_agent_on_cpu import GRPO, SPEC, _advantages, _max_diff, _samples, _weights, tiny_qwen
+
+    mem = MemoryConfig(micro_batch=3, autocast="bfloat16")
+    model, tok = tiny_qwen("cpu")
+    plain = Agent(SPEC, copy.deepcopy(model), tok, GRPO, memory=mem)
+    samples = _samples(plain, 1)
+    adv = _advantages(len(samples), 1)
+    sharded = ShardedAgentHandle(SPEC, ProcessRanks(Recipe(spec=SPEC, load=tiny_qwen, grpo=GRPO,
+                                                           agent_kwargs={"memory": mem}), 2), micro_batch=3)
+    try:
+        stats = sharded.score(samples)
+        up = sharded.update(adv)
+        sharded.save(tmp_path / "two")
+    finally:
+        sharded.close()
+    plain_stats = plain.score(samples)
+    plain_up = plain.update(adv)
+    plain.save(tmp_path / "one")
+    before = {k: v.detach() for k, v in model.state_dict().items()}
+    step = _max_diff(_weights(tmp_path / "one"), {k: before[k] for k in _weights(tmp_path / "one")})
+    gap = _max_diff(_weights(tmp_path / "two"), _weights(tmp_path / "one"))
+    assert step > 0 and gap < 0.1 * step
+    fp32 = Agent(SPEC, copy.deepcopy(model), tok, GRPO, memory=MemoryConfig(micro_batch=3)).score(samples).entropy
+    off = lambda a, b: max(abs(x - y) for x, y in zip(a, b))  # noqa: E731
+    assert off(stats.entropy, plain_stats.entropy) < off(stats.entropy, fp32)  # the ranks ran in bf16 too
+    assert (up.loss, up.grad_norm) == pytest.approx((plain_up.loss, plain_up.grad_norm), rel=2e-2)
+    assert up.n_tokens == plain_up.n_tokens
