@@ -485,7 +485,7 @@ class RunConfig:
     cpus_per_agent: float = 1.0
     """``run.backend=ray``: CPUs per agent actor (a cohort agent's ``cpus`` overrides it); also its torch threads"""
     placement: str = "auto"
-    """how the agents and their rollout engines share GPUs (:mod:`corl_bench.train.placement`): ``disjoint`` (each
+    """how the agents and their rollout engines share GPUs (:mod:`corl_bench.placement`): ``disjoint`` (each
     agent's actor its own ``gpus``), ``timeshare`` (the agents share their GPUs: each actor reserves its share, and a
     ``vllm`` engine sleeps while its agent trains and wakes with the new weights), ``auto`` (disjoint where the
     cluster has a GPU for every agent's reservation, else timeshare; disjoint on the local backend)"""

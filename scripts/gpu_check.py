@@ -13,7 +13,7 @@ that fails or runs out of time is recorded as such and the next one runs:
   parts; per agent: loss, reward, completion length, the engine-vs-trainer log-prob gap (``engine/logp_gap_*``),
   whether the weights moved, and peak memory (below).
 * ``vllm_timeshare`` (180 s): the same cell, 3 steps, ``rollout.backend=vllm`` with ``run.placement=timeshare`` on
-  Ray (``run.backend=ray``, one actor per agent, each reserving half of the one GPU; ``corl_bench/train/placement.py``):
+  Ray (``run.backend=ray``, one actor per agent, each reserving half of the one GPU; ``corl_bench/placement.py``):
   each agent's ``vllm.LLM`` lives in its own actor, sleeps (level 1) while its agent trains and wakes for the weight
   sync (``gpu_memory_utilization`` 0.20 per agent). The weight sync is checked by the log-prob gap: after step 0
   the engine samples from weights synced after a wake, so a gap above 10x the first step's (and 1e-3 nats) — the
@@ -305,7 +305,7 @@ def stage_corl_bf16(mode: str, work: Path) -> dict[str, Any]:
 
 def stage_vllm_timeshare(mode: str, work: Path) -> dict[str, Any]:
     from corl_bench.config import load_config
-    from corl_bench.train import placement
+    from corl_bench import placement
 
     sets = _timeshare_sets(mode)
     from corl_bench.registries import COHORTS

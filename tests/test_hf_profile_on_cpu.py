@@ -353,7 +353,7 @@ def test_every_paper_config_validates_on_a_cpu_without_its_models(path, tmp_path
     training data and the hub models this CPU lacks are warnings) and carry the paper's settings (lr 3e-6, 128
     prompts, K 12, 3072 tokens, no KL)."""
     from corl_bench.config import checking_for_elsewhere
-    from corl_bench.train import placement
+    from corl_bench import placement
     from corl_bench.train.runner import resolve
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))

@@ -19,7 +19,7 @@ import torch
 
 from corl_bench.config import AgentSpec, ConfigError, GRPOConfig, load_config
 from corl_bench.rollout.base import Request, SamplingParams
-from corl_bench.train import placement
+from corl_bench import placement
 
 AGENTS = "[{name: a0, family: tiny-qwen2-bpe}, {name: a1, family: tiny-llama-bpe, seed_offset: 1}]"
 

@@ -322,11 +322,11 @@ def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_ch
 def engine_share(cfg: Any, kind: str, dtype_bytes: int, gpu_gb: float) -> tuple[float, int, bool]:
     """(GB an agent's vLLM engine reserves: ``gpu_memory_utilization`` x ``gpu_gb``, bytes per engine weight, whether
     it sleeps while its agent trains: ``sleep_level`` > 0, which ``timeshare`` sets) under placement ``kind``; (0, 2, False) for an in-process engine (hf, fast).
-    The share: the engine option, else what :func:`corl_bench.train.placement.engine_options` gives (timeshare:
+    The share: the engine option, else what :func:`corl_bench.placement.engine_options` gives (timeshare:
     0.3 / agents), else the engine's default (0.3)."""
     if cfg.rollout.backend != "vllm":
         return 0.0, 2, False
-    from corl_bench.train import placement
+    from corl_bench import placement
 
     opts = placement.engine_options(cfg, placement.Placement(kind, (), sleep=kind == "timeshare"))
     share = float(opts.get("gpu_memory_utilization", placement.DEFAULT_GPU_MEMORY))
@@ -339,9 +339,9 @@ def agent_estimates(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_b
                     cluster_gpus: float | None = None) -> tuple[str, list[tuple[Any, str, dict[str, float]]]]:
     """(placement kind, [(cohort agent, its device, :func:`estimate` of its busiest GPU)] for agents of known
     architecture). The placement: ``local`` for ``run.backend=local``, else what
-    :func:`corl_bench.train.placement.resolve` picks for ``cluster_gpus`` (None: as if every agent had its GPUs).
+    :func:`corl_bench.placement.resolve` picks for ``cluster_gpus`` (None: as if every agent had its GPUs).
     A vLLM engine's share is of ``gpu_gb`` (default: the device's memory, else :data:`ASSUMED_GPU_GB`)."""
-    from corl_bench.train import placement
+    from corl_bench import placement
 
     mb = cfg.memory.micro_batch if micro_batch is None else micro_batch
     lc = cfg.memory.logit_chunk if logit_chunk is None else logit_chunk

@@ -30,7 +30,7 @@ import logging
 import os
 from typing import Any, Sequence
 
-from corl_bench.train import placement
+from corl_bench import placement
 from corl_bench.train.boundary import BOUNDARY
 
 log = logging.getLogger(__name__)

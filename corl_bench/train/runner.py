@@ -20,7 +20,7 @@ from corl_bench.config import Config, ConfigError, machine_problem
 from corl_bench.profile import Profile, check_profile_class
 from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
 from corl_bench.registries import RegistryError
-from corl_bench.train import placement
+from corl_bench import placement
 from corl_bench.train.resume import (RESUME_IGNORES, check_resumable, config_diff, find_interrupted,
                                      restore_history as _history, stored_config)
 from corl_bench.train.session import ResourceError, build_agents, default_run_id

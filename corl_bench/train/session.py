@@ -61,7 +61,7 @@ def build_agents(plan: Any, profile: Any) -> list[Any]:
     """The run's agents in this process, each with its model loaded on its device (the profile has prepared the
     models). Everything ``resolve`` accepted gets through here (``tests/test_validate_matrix_on_cpu.py``)."""
     from corl_bench.config import agent_resources
-    from corl_bench.train import placement
+    from corl_bench import placement
     from corl_bench.train.agent import Agent
 
     cfg = plan.config
