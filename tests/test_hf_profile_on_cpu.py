@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
