@@ -82,7 +82,13 @@ def worker_step(args: argparse.Namespace) -> dict:
 
     from corl_bench.profile import render_for
 
-    plan, cfg, profile = _setup(args.model, args.threads, args.backend, args.set)
+    if args.side == "corl":
+        plan, cfg, profile = _setup(args.model, args.threads, args.backend, args.set)
+    else:  # TRL trains its own way: corl-bench's memory check (a MachineError) does not apply to it
+        from corl_bench.errors import checking_for_elsewhere
+
+        with checking_for_elsewhere():
+            plan, cfg, profile = _setup(args.model, args.threads, args.backend, args.set)
     spec = cfg.cohort.agents[0]
     torch.manual_seed(0)
     model, tok = profile.load(spec.family, cfg.model.device)

@@ -299,3 +299,17 @@ def test_estimate_memory_prints_the_7b_cell_per_gpu_as_it_runs_on_cpu() -> None:
         assert row["ranks"] == 4 and row["full_copy"] == round(arch.params * 4 / GB, 2)
         assert row["grads+adamw"] == round(arch.params * 12 / 4 / GB, 2) and row["engine"] == 0.3 * 80
         assert row["peak"] == row["rollout_peak"] > row["train_peak"]  # the engine sleeps through training
+
+
+def test_unchunked_logits_cover_every_position_unless_the_prompt_is_shared():
+    """Without logit_chunk the forward computes (and log-softmaxes) the logits of every position, prompt too: three
+    fp32 copies; memory.shared_prefix runs the prompt on cached keys/values and computes logits for completions only."""
+    a = fit.KNOWN["smol"]
+    kw = dict(dtype_bytes=4, prompt_tokens=200, new_tokens=128, micro_batch=32, logit_chunk=0, checkpointing=False,
+              max_batch=32)
+    full = fit.estimate(a, **kw)["logits"]
+    shared = fit.estimate(a, shared_prefix=True, **kw)["logits"]
+    assert full == pytest.approx(32 * 328 * a.vocab * 12 / fit.GB)
+    assert shared == pytest.approx(32 * 128 * a.vocab * 12 / fit.GB)
+    chunked = fit.estimate(a, shared_prefix=True, **{**kw, "logit_chunk": 256})["logits"]
+    assert chunked == pytest.approx(256 * a.vocab * 12 / fit.GB)

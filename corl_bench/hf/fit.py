@@ -214,7 +214,8 @@ def arch_of(ref: str, cache_root: Path | None = None) -> Arch | None:
 
 def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, micro_batch: int, logit_chunk: int,
              checkpointing: bool, max_batch: int, copies: int = 0, lora: bool = False, mixed_precision: bool = False,
-             ranks: int = 1, engine_gb: float = 0.0, engine_dtype_bytes: int = 2, engine_sleeps: bool = False
+             ranks: int = 1, engine_gb: float = 0.0, engine_dtype_bytes: int = 2, engine_sleeps: bool = False,
+             shared_prefix: bool = False
              ) -> dict[str, float]:
     """GB (1e9 bytes) of one agent's step on its busiest GPU (rank 0, which also generates). ``copies``: frozen
     weight copies (KL reference, auxiliary models); ``lora``: adapters only are trained (gradients and AdamW of the
@@ -230,6 +231,8 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     rank, but every rank also keeps a full copy of the weights (rank 0 generates from it; refreshed after every
     step) and the frozen copies whole, plus what FSDP2 gathers: the current and the prefetched layer, and the root's
     embeddings and head, which stay unsharded from forward to backward. ``micro_batch`` is per rank.
+
+    ``shared_prefix`` (``memory.shared_prefix``): no logits on the prompt positions, only the completions'.
 
     ``engine_gb``: a vLLM engine's reservation (``gpu_memory_utilization`` x the GPU) for its own weights (in
     ``engine_dtype_bytes``) and KV cache, which then is not counted here; awake through training unless
@@ -252,7 +255,9 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
         acts = rows * (per_token_layer + a.hidden * dtype_bytes) * a.layers
     else:
         acts = rows * per_token_layer * a.layers
-    logit_rows = logit_chunk if logit_chunk > 0 else rows  # unchunked: the logits of every position (prompt too)
+    # unchunked: the logits of every position (prompt too), except with memory.shared_prefix (no logits on the
+    # prompt's positions: corl_bench.train.prefix)
+    logit_rows = logit_chunk if logit_chunk > 0 else (micro_batch * new_tokens if shared_prefix else rows)
     logits = logit_rows * a.vocab * (4 * 3 + (2 if mixed_precision else 0))
     casts = 0
     if mixed_precision:
@@ -316,7 +321,7 @@ def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_ch
                     checkpointing=cfg.memory.gradient_checkpointing,
                     max_batch=min(cfg.rollout.max_batch or batch, batch), copies=copies, lora=lora,
                     mixed_precision=cfg.memory.autocast == "bfloat16", ranks=ranks, engine_gb=engine[0],
-                    engine_dtype_bytes=engine[1], engine_sleeps=engine[2])
+                    engine_dtype_bytes=engine[1], engine_sleeps=engine[2], shared_prefix=cfg.memory.shared_prefix)
 
 
 def engine_share(cfg: Any, kind: str, dtype_bytes: int, gpu_gb: float) -> tuple[float, int, bool]:
