@@ -237,6 +237,10 @@ class MemoryConfig:
     """``bfloat16``: mixed precision as TRL and verl train on GPUs: weights, gradients and AdamW state stay fp32
     (``model.dtype=float32``), the training and scoring forward passes run under ``torch.autocast`` in bf16
     (log-softmax and entropy in fp32). ``off`` (default): every forward in the parameters' dtype"""
+    keep_host_memory: bool = True
+    """keep freed CPU memory in the process for reuse during a run (glibc: no mmap / no trimming,
+    ``corl_bench.hostmem``): the large tensors of every step stop page-faulting; same results, the process holds
+    its peak memory until the run ends. false = the C library's default"""
 
     def __post_init__(self) -> None:
         for name in ("micro_batch", "logit_chunk", "lora_rank"):

@@ -91,11 +91,13 @@ class AgentHost:
                  families: dict[str, Any] | None = None, engine_options: dict[str, Any] | None = None) -> None:
         import torch
 
+        from corl_bench.hostmem import keep_for_process
         from corl_bench.registries import PROFILES
         from corl_bench.train.agent import Agent
 
         register_families(families or {})
 
+        keep_for_process(cfg.memory.keep_host_memory)  # this process exists for the agent (corl_bench.hostmem)
         torch.set_num_threads(max(1, threads))
         torch.manual_seed(cfg.run.seed)  # as the in-process runner does before it builds the agents
         profile = PROFILES.get(cfg.model.profile)(cfg.model)

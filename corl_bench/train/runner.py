@@ -296,6 +296,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     always start a new run). A finished run is not rerun. The stages are those of
     :mod:`corl_bench.train.session`; any exception marks the run failed in its run.json.
     """
+    from corl_bench.hostmem import keep_host_memory
     from corl_bench.results import run_lock
     from corl_bench.train.progress import RunProgress
     from corl_bench.train.session import Session, open_run
@@ -305,7 +306,9 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     if record is None:
         return run_dir  # it finished already
     session = Session(plan, run_dir, record, resumed=bool(record.resumed_at))
-    with run_lock(run_dir), session:  # run.json status: running, then finished or failed
+    # freed CPU memory stays in the process while the run lasts (memory.keep_host_memory): same results, no page
+    # faults on the tensors every step allocates again
+    with keep_host_memory(plan.config.memory.keep_host_memory), run_lock(run_dir), session:
         with RunProgress(console) as prog:
             session.build(prog)  # agents, method, benchmarks, trainer
             session.restore()  # a resumed run: its last checkpoint and history
