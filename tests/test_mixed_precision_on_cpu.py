@@ -83,6 +83,32 @@ def test_the_autocast_step_runs_bf16_matmuls_over_fp32_weights_gradients_and_ada
     assert agent.reference is not None and all(p.dtype == torch.float32 for p in agent.reference.parameters())
 
 
+def test_the_shared_prefix_check_compares_fp32_weights_in_fp32_under_autocast(tiny, monkeypatch) -> None:
+    """memory.shared_prefix checks its cached layout against the plain forward once; under memory.autocast that
+    check runs in fp32 (bf16 rounding alone put SmolLM2-135M's gap at 0.22 nats, over the 0.05 bf16 tolerance, and
+    refused the option), while the training passes stay bf16."""
+    from corl_bench.train import agent as agent_mod
+
+    model, tok = tiny
+    modes: list[tuple[str, bool]] = []
+    check, logits = agent_mod.Agent._check_shared, agent_mod.prefix.logits
+
+    def spy_check(self, *a, **k):
+        modes.append(("check", torch.is_autocast_enabled("cpu")))
+        return check(self, *a, **k)
+
+    def spy_logits(model, b):
+        modes.append(("logits", torch.is_autocast_enabled("cpu")))
+        return logits(model, b)
+
+    monkeypatch.setattr(agent_mod.Agent, "_check_shared", spy_check)
+    monkeypatch.setattr(agent_mod.prefix, "logits", spy_logits)
+    _update(model, tok, "memory.autocast=bfloat16", "memory.shared_prefix=true")
+    assert modes[0] == ("check", True)  # called inside the scoring pass's autocast ...
+    assert modes[1] == ("logits", False)  # ... computes its cached pass in fp32
+    assert modes[2:] and all(on for kind, on in modes[2:])  # the training passes: bf16
+
+
 @pytest.mark.parametrize("extra", [(), ("memory.micro_batch=2", "memory.logit_chunk=4",
                                         "memory.gradient_checkpointing=true"), ("memory.shared_prefix=true",)],
                          ids=["whole-batch", "micro-chunk-ckpt", "shared-prefix"])
