@@ -21,6 +21,14 @@ prompt shared by the k samples; images are most of a multimodal prompt), decode 
 with multimodal rotary positions (Qwen2-VL, Qwen2.5-VL: ``get_rope_index``) get their (3, B, L) position ids from the
 model itself at the prefill, then advance them by one per token, as ``generate`` does.
 
+``dtype`` (``rollout.engine_options: {dtype: bfloat16}``): the engine decodes with its own copy of the module in that
+dtype, refreshed from the trainer's weights after every update (:meth:`FastEngine.sync_weights`), as a bf16 vLLM
+engine serves an fp32 trainer on GPUs. Decoding is bound by reading the weights, so bf16 halves that read (and CPUs
+with AMX run its matrix products in bf16): SmolLM2-135M 8 x 4 x 128 decodes 1.5x faster here
+(``scripts/bench_suite.py --precision bf16``). The samples then come from the bf16 model, and the log-probs the
+engine reports are the bf16 model's: ``engine/logp_gap_mean`` shows the difference from the fp32 trainer and
+``grpo.behaviour_is_cap`` corrects for it. Off by default (the agent's module itself, nothing copied).
+
 Sampling is exact temperature + nucleus (top-p) sampling; the nucleus is searched among the 256 most likely tokens
 and, for the rare row whose top 256 hold less than ``top_p`` of the mass, over the full vocabulary. Seeded per
 call (``SamplingParams.seed``) inside ``fork_rng``, as the ``hf`` backend. Logprobs are of the raw logits at the
@@ -29,6 +37,7 @@ sampling temperature, as the ``hf`` backend reports them.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Sequence
 
 import torch
@@ -37,6 +46,7 @@ from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, Samplin
 from corl_bench.rollout.kvcache import growing_cache
 
 _TOPK = 256
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _COMPACT_AT = 0.25  # drop finished rows once this share of the batch has finished
 _RESERVE = 64  # KV-cache room allocated beyond the prompt (it then grows by half whenever full)
 
@@ -115,10 +125,19 @@ class FastEngine(InProcessEngine):
     supports_images = True
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch: int = 256, grow_cache: bool = True,
-                 prefix_cache: bool = False) -> None:
+                 prefix_cache: bool = False, dtype: str = "") -> None:
         if tokenizer.padding_side != "left":
             raise ValueError("the fast rollout engine needs a left-padding tokenizer (padding_side='left')")
         self.model = model
+        self._copy = False
+        if dtype:  # decode with a copy of the module in this dtype (module docstring)
+            want = _DTYPES.get(dtype)
+            if want is None:
+                raise ValueError(f"rollout.engine_options.dtype must be one of {', '.join(_DTYPES)} (got {dtype!r}); "
+                                 "or leave it out to decode with the agent's own weights")
+            if want != next(model.parameters()).dtype:
+                self.model = copy.deepcopy(model).to(want).requires_grad_(False)
+                self._copy = True
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.grow_cache = grow_cache
@@ -130,6 +149,21 @@ class FastEngine(InProcessEngine):
         # the prefill needs the next-token logits of the last position only: skip the LM head on every other one
         # (for SmolLM2, vocab 49 152 x hidden 576, that head is a fifth of the prefill's FLOPs)
         self._last_only = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    @torch.no_grad()
+    def sync_weights(self, model: Any) -> None:
+        """With ``dtype``: copy ``model``'s parameters and buffers into the engine's copy (cast); else nothing (the
+        engine reads the live module)."""
+        if not self._copy:
+            return
+        mine = dict(self.model.named_parameters())
+        mine.update(self.model.named_buffers())
+        for name, src in [*model.named_parameters(), *model.named_buffers()]:
+            dst = mine.get(name)
+            if dst is None or dst.shape != src.shape:
+                raise RuntimeError(f"the fast engine's copy does not match the trainer's {name} (missing or another "
+                                   "shape): the module changed structure after the engine was built")
+            dst.copy_(src)
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
@@ -150,6 +184,9 @@ class FastEngine(InProcessEngine):
         tok, n = self.tokenizer, params.n
         device = next(self.model.parameters()).device
         enc = self.encode(prompts, device)
+        if self._copy:  # image inputs in the copy's dtype
+            dt = next(self.model.parameters()).dtype
+            enc = {k: v.to(dt) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in enc.items()}
         att = enc["attention_mask"]
         pos = _prefill_positions(self.model, enc, (att.cumsum(-1) - 1).clamp(min=0))
         extra = {**self._last_only, **{k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask")}}
