@@ -11,7 +11,10 @@ Rows (``--rows``; each prints the command that reproduces it alone):
 * ``step-micro`` / ``step-smol``: one GRPO step (rollouts, training forward pass, update) of one agent against TRL's
   ``GRPOTrainer`` on the same checkpoint, prompts (same problems, same order), prompts x K x max tokens, lr,
   temperature 1, no KL, token-mean loss, no gradient checkpointing, fp32 — micro 16 x 8 x 40, SmolLM2-135M
-  8 x 4 x 128. Goal >= 2x.
+  8 x 4 x 128. Goal >= 2x. Each side runs as its users get it: corl-bench keeps freed host memory for the run
+  (``memory.keep_host_memory``, on by default), TRL has the C library's default; ``--same-heap`` gives TRL the same
+  setting, which shows how much of the ratio that setting is. ``--precision bf16``: both sides in mixed precision
+  (corl-bench ``memory.autocast=bfloat16`` + a bf16 engine copy; TRL ``bf16=True``), where the CPU has bf16.
 * ``rollout-micro`` / ``rollout-smol``: rollout tokens per second of corl-bench's ``fast`` engine against
   ``transformers`` ``generate`` with the same sampling settings (both count the tokens they return up to EOS).
   Goal >= 1.5x.
@@ -80,6 +83,7 @@ def worker_step(args: argparse.Namespace) -> dict:
 
     import torch
 
+    from corl_bench.hostmem import keep_host_memory
     from corl_bench.profile import render_for
 
     if args.side == "corl":
@@ -94,31 +98,41 @@ def worker_step(args: argparse.Namespace) -> dict:
     model, tok = profile.load(spec.family, cfg.model.device)
     n_prob = cfg.rollout.prompts_per_step * (args.steps + 1)
     problems = list(itertools.islice(profile.training_problems(cfg.run.seed), n_prob))
-    times: list[float] = []
-    lengths: list[float] = []
-    if args.side == "corl":
-        from corl_bench.train.agent import Agent
-        from corl_bench.train.trainer import Trainer
-
-        agent = Agent(spec, model, tok, cfg.grpo, backend=cfg.rollout.backend, temperature=1.0, memory=cfg.memory,
-                      auxiliary=plan.method_cls.auxiliary, engine_options=dict(cfg.rollout.engine_options))
-        trainer = Trainer(cfg, [agent], plan.method_cls(plan.options, cfg.cohort.agents), profile,
-                          Path(args.tmp))
-        trainer.stream = iter(problems)
-        for step in range(args.steps + 1):
-            t0 = time.perf_counter()
-            res = trainer.step(step)
-            if step:
-                times.append(time.perf_counter() - t0)
-                lengths.append(res.metrics[agent.name]["len/mean"])
-        parts = res.seconds
-    else:
-        parts = {}
-        times, lengths = _trl_steps(args, cfg, model, tok, [render_for(profile, p, spec) for p in problems],
-                                    [p.answer for p in problems])
+    # corl-bench keeps freed host memory for the run (memory.keep_host_memory, as `corl-bench run` does); TRL gets
+    # the C library's default unless --same-heap gives it the same setting
+    heap = keep_host_memory(cfg.memory.keep_host_memory if args.side == "corl" else args.same_heap)
+    with heap:
+        if args.side == "corl":
+            times, lengths, parts = _corl_steps(args, plan, cfg, profile, model, tok, problems)
+        else:
+            parts = {}
+            times, lengths = _trl_steps(args, cfg, model, tok, [render_for(profile, p, spec) for p in problems],
+                                        [p.answer for p in problems])
     gpu = {"peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30} if torch.cuda.is_available() else {}
     return {**gpu, "step_seconds": times, "median_s": statistics.median(times), "peak_rss_gib": _rss_gib(),
             "mean_completion_tokens": statistics.mean(lengths) if lengths else None, "last_step_parts": parts}
+
+
+def _corl_steps(args, plan, cfg, profile, model, tok, problems) -> tuple[list[float], list[float], dict]:
+    """corl-bench's Trainer on one agent: (seconds and mean completion length of each timed step, the last step's
+    parts)."""
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.trainer import Trainer
+
+    agent = Agent(cfg.cohort.agents[0], model, tok, cfg.grpo, backend=cfg.rollout.backend, temperature=1.0,
+                  memory=cfg.memory, auxiliary=plan.method_cls.auxiliary,
+                  engine_options=dict(cfg.rollout.engine_options))
+    trainer = Trainer(cfg, [agent], plan.method_cls(plan.options, cfg.cohort.agents), profile, Path(args.tmp))
+    trainer.stream = iter(problems)
+    times: list[float] = []
+    lengths: list[float] = []
+    for step in range(args.steps + 1):
+        t0 = time.perf_counter()
+        res = trainer.step(step)
+        if step:
+            times.append(time.perf_counter() - t0)
+            lengths.append(res.metrics[agent.name]["len/mean"])
+    return times, lengths, res.seconds
 
 
 def _trl_steps(args, cfg, model, tok, requests, answers) -> tuple[list[float], list[float]]:
@@ -153,7 +167,8 @@ def _trl_steps(args, cfg, model, tok, requests, answers) -> tuple[list[float], l
                       learning_rate=cfg.grpo.lr, adam_beta1=cfg.grpo.betas[0], adam_beta2=cfg.grpo.betas[1],
                       weight_decay=0.0, max_grad_norm=cfg.grpo.max_grad_norm, lr_scheduler_type="constant",
                       warmup_steps=0, beta=0.0, loss_type="bnpo", scale_rewards="group", epsilon=cfg.grpo.clip_low,
-                      gradient_checkpointing=False, bf16=cfg.model.dtype == "bfloat16", fp16=False,
+                      gradient_checkpointing=False, bf16=cfg.model.dtype == "bfloat16" or args.precision == "bf16",
+                      fp16=False,
                       use_cpu=not on_gpu, report_to=[],
                       logging_steps=10_000, save_strategy="no", max_steps=args.steps + 1, shuffle_dataset=False,
                       seed=0, dataloader_num_workers=0, disable_dropout=True, log_completions=False)
@@ -221,6 +236,12 @@ def worker_rollout(args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------------------------------------- driver
 OURS = ["memory.shared_prefix=true"]  # with rollout.backend=fast: corl-bench's fast training path (README)
+# --precision bf16: bf16 training passes over fp32 weights and a bf16 copy in the engine (TRL: bf16=True)
+OURS_BF16 = ["memory.autocast=bfloat16", "rollout.engine_options={dtype: bfloat16}"]
+
+
+def _ours(args: argparse.Namespace) -> list[str]:
+    return OURS + (OURS_BF16 if args.precision == "bf16" else [])
 
 
 def _run_worker(kind: str, side: str, model: str, args: argparse.Namespace, tmp: Path) -> dict:
@@ -228,7 +249,9 @@ def _run_worker(kind: str, side: str, model: str, args: argparse.Namespace, tmp:
     cmd = [sys.executable, __file__, "--worker", kind, "--side", side, "--model", model, "--steps", str(steps),
            "--threads", str(args.threads), "--tmp", str(tmp)]
     if kind == "step" and side == "corl":
-        cmd += [a for item in OURS for a in ("--set", item)]
+        cmd += [a for item in _ours(args) for a in ("--set", item)]
+    if kind == "step" and side == "trl":
+        cmd += (["--same-heap"] if args.same_heap else []) + ["--precision", args.precision]
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -254,7 +277,7 @@ def _paired(kind: str, model: str, sides: tuple[str, str], args: argparse.Namesp
         extra = {"ratio_per_token": statistics.median(per_tok) if per_tok else None,
                  "ours_tokens": statistics.mean(x["mean_completion_tokens"] for x in ours),
                  "theirs_tokens": statistics.mean(x["mean_completion_tokens"] for x in theirs),
-                 "ours_settings": OURS + ["rollout.backend=fast"]}
+                 "ours_settings": _ours(args) + ["rollout.backend=fast"]}
     return {**extra, "ours": ours, "theirs": theirs, "ratios": ratios, "ratio": statistics.median(ratios),
             "ours_value": statistics.median(x[key] for x in ours),
             "theirs_value": statistics.median(x[key] for x in theirs),
@@ -313,6 +336,11 @@ def main() -> int:
     ap.add_argument("--backend", default="fast", help=argparse.SUPPRESS)
     ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
     ap.add_argument("--trl-vllm", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="step rows: fp32 (both sides, the default) or bf16 on both sides (ours: memory.autocast="
+                    "bfloat16 and a bf16 engine copy; TRL: bf16=True)")
+    ap.add_argument("--same-heap", action="store_true", help="give TRL's side corl-bench's host-memory setting too "
+                    "(memory.keep_host_memory: freed CPU memory kept for reuse), to see what is left without it")
     args = ap.parse_args()
     if args.worker:
         fn = worker_step if args.worker == "step" else worker_rollout
@@ -338,8 +366,12 @@ def main() -> int:
                                     platform.machine(), "cpus": os.cpu_count(), "threads": args.threads,
                                     "torch": torch.__version__, "transformers": transformers.__version__,
                                     "trl": trl_version, "date": time.strftime("%Y-%m-%d %H:%M")},
-                    "settings": SETTINGS, "repeats": args.repeats, "steps": args.steps, "rows": {}}
-    base = f"python scripts/bench_suite.py --repeats {args.repeats} --steps {args.steps} --rows "
+                    "settings": SETTINGS, "repeats": args.repeats, "steps": args.steps, "same_heap": args.same_heap,
+                    "precision": args.precision,
+                    "rows": {}}
+    base = (f"python scripts/bench_suite.py --repeats {args.repeats} --steps {args.steps}"
+            f"{' --same-heap' if args.same_heap else ''}"
+            f"{' --precision bf16' if args.precision == 'bf16' else ''} --rows ")
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         for row in rows:
@@ -360,7 +392,9 @@ def main() -> int:
                     res = _stored_eval() or {"skipped": "no stored measurement; use --rerun-eval"}
             else:
                 res = _vllm_row(args, tmp)
-            res["command"] = base + row + (" --rerun-eval" if row == "eval" and args.rerun_eval else "") + (
+            smol = (f" --smol-repeats {args.smol_repeats} --smol-steps {args.smol_steps}"
+                    if row.endswith("-smol") else "")
+            res["command"] = base + row + smol + (" --rerun-eval" if row == "eval" and args.rerun_eval else "") + (
                 " --rerun-vllm" if row == "vllm" and args.rerun_vllm else "")
             if res.get("stored"):  # a stored measurement: the command that made it
                 res["command"] = {"eval": "python scripts/bench_eval.py --problems 6 --samples 8 --max-new-tokens 384 "
