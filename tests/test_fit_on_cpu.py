@@ -222,6 +222,10 @@ def test_mixed_precision_and_ranks_are_counted_byte_by_byte_on_cpu() -> None:
             "logits": 2240, "casts": 384, "kv_cache": 1024, "resident": 4656, "train_peak": 12144,
             "rollout_peak": 5680, "peak": 12144}
     assert {k: round(est[k] * GB) for k in want} == want
+    # with a vLLM engine rank 0's full copy only feeds the weight sync: host memory, not the GPU
+    vllm = fit.estimate(TOY, dtype_bytes=4, prompt_tokens=3, new_tokens=5, micro_batch=2, logit_chunk=0,
+                        checkpointing=True, max_batch=4, mixed_precision=True, ranks=2, engine_gb=1e-6)
+    assert vllm["full_copy"] == 0 and round(vllm["weights"] * GB) == 388 * 4 // 2
     plain = fit.estimate(TOY, dtype_bytes=4, prompt_tokens=3, new_tokens=5, micro_batch=2, logit_chunk=0,
                          checkpointing=True, max_batch=4)
     assert round(plain["logits"] * GB) == 16 * 10 * 12 and plain["casts"] == plain["gathered"] == plain["full_copy"] == 0
@@ -239,10 +243,13 @@ def test_a_vllm_engines_share_replaces_the_kv_cache_and_sleeps_through_training_
     base = fit.estimate(TOY, **kw)
     awake = fit.estimate(TOY, engine_gb=1.0, **kw)
     assert awake["kv_cache"] == 0 and awake["engine_kv_room"] == pytest.approx(1.0 - 388 * 2 / GB)
-    assert awake["train_peak"] == pytest.approx(base["train_peak"] + 1.0)  # awake through training (disjoint)
-    assert awake["rollout_peak"] == pytest.approx(base["resident"] + 1.0)
+    # with vLLM, rank 0's full copy (ranks=2) is in host memory: not on the GPU
+    full = base["full_copy"]
+    assert full == pytest.approx(388 * 4 / GB) and awake["full_copy"] == 0
+    assert awake["train_peak"] == pytest.approx(base["train_peak"] - full + 1.0)  # awake through training (disjoint)
+    assert awake["rollout_peak"] == pytest.approx(base["resident"] - full + 1.0)
     asleep = fit.estimate(TOY, engine_gb=1.0, engine_sleeps=True, **kw)
-    assert asleep["train_peak"] == pytest.approx(base["train_peak"]) and asleep["peak"] == asleep["rollout_peak"]
+    assert asleep["train_peak"] == pytest.approx(base["train_peak"] - full) and asleep["peak"] == asleep["rollout_peak"]
 
 
 def test_the_7b_tier_architectures_give_their_published_sizes_on_cpu() -> None:
@@ -264,7 +271,8 @@ def test_the_peak_per_gpu_follows_the_placement_on_cpu() -> None:
     peaks = fit.device_peaks(cfg, archs, 0, 4)
     assert kind == "disjoint" and list(peaks) == [f"cuda:0 ({a0}, rank 0 of 2)", f"cuda:0 ({a1}, rank 0 of 2)"]
     assert [p for p in peaks.values()] == [est["peak"] for _, _, est in rows]
-    assert all(est["engine"] == pytest.approx(0.3 * 80) and est["full_copy"] > 0 for _, _, est in rows)
+    # rank 0's full copy feeds the vLLM weight sync only: it lives in host memory, not on the GPU
+    assert all(est["engine"] == pytest.approx(0.3 * 80) and est["full_copy"] == 0 for _, _, est in rows)
     shared = _resolved(_cfg(*base, "run.gpus_per_agent=1", "run.placement=timeshare"))
     kind, rows = fit.agent_estimates(shared, archs, 0, 4)
     peaks = fit.device_peaks(shared, archs, 0, 4)
@@ -278,8 +286,8 @@ def test_the_peak_per_gpu_follows_the_placement_on_cpu() -> None:
 
 def test_estimate_memory_prints_the_7b_cell_per_gpu_as_it_runs_on_cpu() -> None:
     """``scripts/estimate_memory.py --config configs/paper/corl-cross-family-7b.yaml``: each agent on 4 ranks in
-    mixed precision beside a sleeping vLLM engine, each rank 0's GPU as :func:`fit.device_peaks` gives it; every rank
-    keeps the full fp32 weights (params x 4 bytes) on top of its quarter of weights, gradients and AdamW."""
+    mixed precision beside a sleeping vLLM engine, each rank 0's GPU as :func:`fit.device_peaks` gives it: its quarter
+    of weights, gradients and AdamW; the full fp32 copy rank 0 syncs vLLM from is in host memory (not counted)."""
     import json
     import subprocess
     import sys
@@ -296,7 +304,7 @@ def test_estimate_memory_prints_the_7b_cell_per_gpu_as_it_runs_on_cpu() -> None:
     peaks = fit.device_peaks(cfg, archs, HFProfile.copies(cfg, METHODS.get("corl")), 4)
     assert got["per_gpu"] == {d: round(p, 2) for d, p in peaks.items()} and len(peaks) == 2
     for row, arch in zip(got["agents"], archs):
-        assert row["ranks"] == 4 and row["full_copy"] == round(arch.params * 4 / GB, 2)
+        assert row["ranks"] == 4 and row["full_copy"] == 0 and row["weights"] == round(arch.params * 4 / 4 / GB, 2)
         assert row["grads+adamw"] == round(arch.params * 12 / 4 / GB, 2) and row["engine"] == 0.3 * 80
         assert row["peak"] == row["rollout_peak"] > row["train_peak"]  # the engine sleeps through training
 

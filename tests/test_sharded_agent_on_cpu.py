@@ -159,6 +159,8 @@ def test_two_ranks_update_like_one_rank_and_their_checkpoint_resumes_on_two_and_
 
     sharded = _group()
     try:
+        # rank 0 generates from its full copy of the policy; rank 1 keeps none (no auxiliary model follows it)
+        assert [w["full_copy"] for w in sharded.where["ranks"]] == ["cpu", None]
         assert sharded.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
         stats1 = sharded.score(first)
         up1 = sharded.update(adv1)

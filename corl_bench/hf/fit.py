@@ -11,8 +11,8 @@ fused kernel); without it every layer keeps those intermediates. The constant is
 Logits: ``logit_chunk`` rows of the vocabulary at a time, three fp32 copies (logits, log-softmax, gradient); 0 = the
 whole micro-batch's completion positions at once.
 
-Mixed precision (``memory.autocast=bfloat16``), sharded agents (FSDP2 ranks, each also holding a full copy of the
-weights for rank-0 generation) and a vLLM engine's share of the GPU are counted as :func:`estimate` describes.
+Mixed precision (``memory.autocast=bfloat16``), sharded agents (FSDP2 ranks; rank 0 also holds a full copy of the
+weights to generate from, in host memory when its engine is vLLM) and a vLLM engine's share of the GPU are counted as :func:`estimate` describes.
 Agents of one process on one device train in turn, so a device needs every agent's resident state plus the largest
 single agent's transient peak; Ray agents each have their own GPUs (``disjoint``) or share one (``timeshare``:
 every agent training, or every agent generating, at once). :func:`fit_memory` picks ``memory.micro_batch`` and ``memory.logit_chunk`` for the hf
@@ -228,8 +228,9 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     matmuls keep for backward (one layer and the LM head with checkpointing, every layer without).
 
     ``ranks`` > 1 (FSDP2, :mod:`corl_bench.train.sharded`): the policy, its gradients and AdamW state are 1/ranks a
-    rank, but every rank also keeps a full copy of the weights (rank 0 generates from it; refreshed after every
-    step) and the frozen copies whole, plus what FSDP2 gathers: the current and the prefetched layer, and the root's
+    rank; rank 0 also keeps a full copy of the weights (it generates from it; refreshed after every step) — on the
+    GPU with an in-process engine, in host memory when its engine is vLLM (``engine_gb`` > 0: the copy only feeds the
+    weight sync; an auxiliary EMA model would put one on every rank, not modelled) — and the frozen copies whole, plus what FSDP2 gathers: the current and the prefetched layer, and the root's
     embeddings and head, which stay unsharded from forward to backward. ``micro_batch`` is per rank.
 
     ``shared_prefix`` (``memory.shared_prefix``): no logits on the prompt positions, only the completions'.
@@ -243,7 +244,7 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     tokens = prompt_tokens + new_tokens
     act_b = 2 if mixed_precision else dtype_bytes  # matmul outputs under autocast
     sharded = n * dtype_bytes / ranks
-    full = n * dtype_bytes if ranks > 1 else 0  # every rank's full copy (rank-0 generation, save, EMA)
+    full = n * dtype_bytes if ranks > 1 and not engine_gb else 0  # rank 0's full copy, on the GPU (docstring)
     weights = sharded + full + n * dtype_bytes * copies
     train_state = 0 if lora else n * dtype_bytes * 3 / ranks  # gradients + AdamW exp_avg + exp_avg_sq
     gathered = (2 * a.layer_params + a.embedding_params) * dtype_bytes if ranks > 1 else 0

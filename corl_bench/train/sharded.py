@@ -21,10 +21,13 @@ One update (:meth:`ShardedAgent.step_micro` is :meth:`Agent.step_micro` with two
   the same statistics).
 
 Rollouts: the hf engine samples a whole request batch from one seeded stream, so splitting generation over ranks
-would change the samples. Rank 0 therefore generates, from a full copy of the policy that every rank refreshes
-after each optimiser step (the full tensors of the sharded parameters); the results equal the 1-rank agent's. This
-copy also serves ``save`` (a ``save_pretrained`` folder) and the EMA of auxiliary models. The KL reference and
-auxiliary models are full frozen copies on every rank (deviation from a fully sharded design: they are not sharded).
+would change the samples. Rank 0 therefore generates, from a full copy of the policy it refreshes after each
+optimiser step (the full tensors of the sharded parameters: an all-gather every rank joins); the results equal the
+1-rank agent's. This copy also serves ``save`` (a ``save_pretrained`` folder). The other ranks keep no full copy
+(they join the all-gather and drop what it returns) unless an auxiliary model follows the policy by EMA (then every
+rank needs it). When rank 0's engine is vLLM on a GPU, the copy is only what the weight sync reads, so it lives in
+host memory, not on the GPU (for Qwen2.5-7B in fp32, 30 GB off the GPU). The KL reference and auxiliary models are
+full frozen copies on every rank (deviation from a fully sharded design: they are not sharded).
 
 Checkpoints: ``checkpoint(dir)`` writes ``dir/agent-<name>.dcp/`` with ``torch.distributed.checkpoint`` (DCP), every
 rank writing its own shards of the weights and AdamW state (``get_state_dict``: keyed by parameter name, not by
@@ -54,6 +57,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from corl_bench.hostmem import keep_for_process
 from corl_bench.train.agent import Agent, MicroBatch, PolicyForward
 from corl_bench.train.boundary import BOUNDARY, POLICY, CheckpointFile, UpdateStats
 from corl_bench.train.dcp import agent_state, dcp_folder, load_distributed
@@ -90,9 +94,14 @@ class ShardedAgent(Agent):
         if self.rank != 0:  # only rank 0 generates: the others get the light in-process engine (never a vLLM)
             kwargs = {**kwargs, "backend": "hf", "engine_options": {}}
         super().__init__(spec, model, tokenizer, grpo_cfg, **kwargs)
-        self.full = self.model  # the rollout engine's (and save()'s) full copy, refreshed after every step
-        policy = copy.deepcopy(self.full).train()
-        device = next(policy.parameters()).device
+        # the rollout engine's (and save()'s) full copy, refreshed after every step: rank 0's, and every rank's when
+        # an auxiliary model follows it (EMA); in host memory when rank 0's engine is vLLM on a GPU (module docstring)
+        keep_full = self.rank == 0 or bool(self.auxiliary)
+        self.full = self.model if keep_full else None
+        device = next(self.model.parameters()).device
+        if keep_full and kwargs.get("backend") == "vllm" and device.type == "cuda":
+            self.full = self.model.to("cpu")  # first, so the GPU never holds two full copies
+        policy = copy.deepcopy(self.full).to(device).train() if keep_full else self.model.train()
         mesh = init_device_mesh(device.type, (self.world,))
         blocks = set(getattr(policy, "_no_split_modules", None) or ())
         for module in list(policy.modules())[1:]:
@@ -135,10 +144,17 @@ class ShardedAgent(Agent):
         """The full copy takes the sharded policy's weights (an all-gather per parameter); the engine follows."""
         from torch.distributed.tensor import DTensor
 
-        full = dict(self.full.named_parameters())
+        full = dict(self.full.named_parameters()) if self.full is not None else None
         for name, p in self.model.named_parameters():
-            full[name].copy_(p.full_tensor() if isinstance(p, DTensor) else p)
-        self.engines[POLICY].sync_weights(self.full)
+            whole = p.full_tensor() if isinstance(p, DTensor) else p  # a collective: every rank joins
+            if full is not None:
+                full[name].copy_(whole)
+        if full is not None:
+            self.engines[POLICY].sync_weights(self.full)
+
+    def full_device(self) -> torch.device:
+        """The device of the policy's full copy (rank 0), or of this rank's shards."""
+        return next((self.full if self.full is not None else self.model).parameters()).device
 
     def _update_stats(self, batches: Sequence[MicroBatch | PolicyForward], counts: torch.Tensor,
                       totals: torch.Tensor, gaps: list[torch.Tensor], grad_norm: torch.Tensor) -> UpdateStats:
@@ -239,6 +255,8 @@ class RankHost:
         return f"tcp://{host}:{free_port()}"
 
     def setup(self, recipe: Recipe, rank: int, world: int, init_method: str, local_device: int = 0) -> None:
+        memory = recipe.agent_kwargs.get("memory")
+        keep_for_process(getattr(memory, "keep_host_memory", True))  # a process for this rank (corl_bench.hostmem)
         torch.set_num_threads(max(1, recipe.threads))
         device = "cpu"
         if recipe.device.startswith("cuda"):
@@ -259,9 +277,19 @@ class RankHost:
         return self.agent.tokenizer
 
     def where(self) -> dict[str, Any]:
-        """Where this rank runs: rank, Ray node id ("" outside Ray), host, pid, torch threads, device."""
+        """Where this rank runs: rank, Ray node id ("" outside Ray), host, pid, torch threads, device, and where its
+        full copy of the policy is (None: it keeps none)."""
+        full = self.agent.full
         return {"rank": self.agent.rank, "node": _node(), "host": socket.gethostname(), "pid": os.getpid(),
-                "threads": torch.get_num_threads(), "device": str(next(self.agent.full.parameters()).device)}
+                "threads": torch.get_num_threads(), "device": str(self._device()),
+                "full_copy": None if full is None else str(next(full.parameters()).device)}
+
+    def _device(self) -> Any:
+        """This rank's compute device (where its shards live)."""
+        from torch.distributed.tensor import DTensor
+
+        p = next(self.agent.model.parameters())
+        return p.to_local().device if isinstance(p, DTensor) else p.device
 
     def close(self) -> None:
         if dist.is_initialized():
