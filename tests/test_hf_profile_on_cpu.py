@@ -390,6 +390,7 @@ def test_every_paper_vlm_config_validates_on_a_cpu_without_its_models(path, tmp_
     paper's evaluation (the four multimodal benchmarks, greedy, 16384 tokens)."""
     import logging
 
+    from corl_bench import placement
     from corl_bench.config import checking_for_elsewhere
     from corl_bench.train.runner import resolve
 
@@ -420,8 +421,12 @@ def test_every_paper_vlm_config_validates_on_a_cpu_without_its_models(path, tmp_
         assert (cfg.rollout.temperature, cfg.rollout.top_p, cfg.grpo.kl_coef) == (1.0, 1.0, 0.0)
         assert cfg.rollout.extractor == "answer_tag" and all(a.prompt == "r1v" for a in cfg.cohort.agents)
         assert cfg.run.steps == one_epoch
-    devices = [a.device for a in cfg.cohort.agents]
-    assert len(set(devices)) == len(devices)  # each agent on its own GPU
+    # on GPUs (issue 26): Ray actors, vLLM rollouts (bf16 engine, asleep while its agent trains), bf16 autocast over
+    # fp32 weights; each agent its own GPU where the cluster has them all (run.placement auto -> disjoint)
+    assert (cfg.run.backend, cfg.rollout.backend, cfg.memory.autocast) == ("ray", "vllm", "bfloat16")
+    assert cfg.rollout.engine_options["dtype"] == "bfloat16" and cfg.rollout.engine_options["sleep_level"] == 1
+    want = placement.wanted_gpus(cfg)
+    assert list(want) == [1] * len(cfg.cohort.agents) and placement.resolve(cfg, cluster_gpus=sum(want)).kind == "disjoint"
     expected_row = {"corl-cross-family": "different-family", "corl-same-family": "same-family"}
     assert cfg.cohort.paper_row == expected_row.get(path.stem.removesuffix("-open-r1").removesuffix("-mmr1"), "")
 

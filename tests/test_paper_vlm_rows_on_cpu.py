@@ -150,6 +150,8 @@ def vlm_results(tmp_path_factory) -> Path:
                 "rollout.max_new_tokens=4", "eval.max_problems=2", "eval.max_new_tokens=4",
                 "run.checkpoint_every=0", "run.save_checkpoints=false", "memory.gradient_checkpointing=false",
                 "model.threads=1", f"data.data_dir={data}", f"run.output_dir={root / 'results'}",
+                # their GPU setting (Ray actors, vLLM) is checked by validate in tests/test_hf_profile_on_cpu.py
+                "run.backend=local", "run.gpus_per_agent=0", "rollout.backend=hf", "rollout.engine_options={}",
                 f"run.run_id={path.stem}"])
             agents = tuple(dataclasses.replace(a, device="cpu") for a in cfg.cohort.agents)  # no GPUs here
             run(cfg.replace(cohort=dataclasses.replace(cfg.cohort, agents=agents)), auto_resume=False)
