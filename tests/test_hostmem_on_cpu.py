@@ -37,7 +37,13 @@ def _grows_mmapped(nbytes: int = 2 << 30) -> bool:
 
 
 @needs_glibc
-def test_large_blocks_come_from_the_heap_inside_and_from_mmap_after_on_cpu() -> None:
+def test_large_blocks_come_from_the_heap_inside_and_from_mmap_after_on_cpu(monkeypatch) -> None:
+    # a clean start even if an earlier test in this process built a rank or actor host in-process (keep_for_process)
+    from corl_bench import hostmem
+
+    monkeypatch.setitem(hostmem._state, "depth", 0)
+    LIBC.mallopt(hostmem._M_MMAP_MAX, hostmem._DEFAULT_MMAP_MAX)
+    LIBC.mallopt(hostmem._M_TRIM_THRESHOLD, hostmem._DEFAULT_TRIM_THRESHOLD)
     assert _grows_mmapped()  # the default: one mmap per large tensor
     with keep_host_memory(True) as active:
         assert active
