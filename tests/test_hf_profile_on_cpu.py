@@ -426,7 +426,8 @@ def test_every_paper_vlm_config_validates_on_a_cpu_without_its_models(path, tmp_
     assert (cfg.run.backend, cfg.rollout.backend, cfg.memory.autocast) == ("ray", "vllm", "bfloat16")
     assert cfg.rollout.engine_options["dtype"] == "bfloat16" and cfg.rollout.engine_options["sleep_level"] == 1
     want = placement.wanted_gpus(cfg)
-    assert list(want) == [1] * len(cfg.cohort.agents) and placement.resolve(cfg, cluster_gpus=sum(want)).kind == "disjoint"
+    assert list(want) == [1] * len(cfg.cohort.agents)
+    assert placement.resolve(cfg, cluster_gpus=sum(want)).kind == "disjoint"
     expected_row = {"corl-cross-family": "different-family", "corl-same-family": "same-family"}
     assert cfg.cohort.paper_row == expected_row.get(path.stem.removesuffix("-open-r1").removesuffix("-mmr1"), "")
 

@@ -12,7 +12,8 @@ Logits: ``logit_chunk`` rows of the vocabulary at a time, three fp32 copies (log
 whole micro-batch's completion positions at once.
 
 Mixed precision (``memory.autocast=bfloat16``), sharded agents (FSDP2 ranks; rank 0 also holds a full copy of the
-weights to generate from, in host memory when its engine is vLLM) and a vLLM engine's share of the GPU are counted as :func:`estimate` describes.
+weights to generate from, in host memory when its engine is vLLM) and a vLLM engine's share of the GPU are counted
+as :func:`estimate` describes.
 Agents of one process on one device train in turn, so a device needs every agent's resident state plus the largest
 single agent's transient peak; Ray agents each have their own GPUs (``disjoint``) or share one (``timeshare``:
 every agent training, or every agent generating, at once). :func:`fit_memory` picks ``memory.micro_batch`` and ``memory.logit_chunk`` for the hf
@@ -230,8 +231,9 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     ``ranks`` > 1 (FSDP2, :mod:`corl_bench.train.sharded`): the policy, its gradients and AdamW state are 1/ranks a
     rank; rank 0 also keeps a full copy of the weights (it generates from it; refreshed after every step) — on the
     GPU with an in-process engine, in host memory when its engine is vLLM (``engine_gb`` > 0: the copy only feeds the
-    weight sync; an auxiliary EMA model would put one on every rank, not modelled) — and the frozen copies whole, plus what FSDP2 gathers: the current and the prefetched layer, and the root's
-    embeddings and head, which stay unsharded from forward to backward. ``micro_batch`` is per rank.
+    weight sync; an auxiliary EMA model would put one on every rank, not modelled) — and the frozen copies whole,
+    plus what FSDP2 gathers: the current and the prefetched layer, and the root's embeddings and head, which stay
+    unsharded from forward to backward. ``micro_batch`` is per rank.
 
     ``shared_prefix`` (``memory.shared_prefix``): no logits on the prompt positions, only the completions'.
 

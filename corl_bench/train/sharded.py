@@ -152,10 +152,6 @@ class ShardedAgent(Agent):
         if full is not None:
             self.engines[POLICY].sync_weights(self.full)
 
-    def full_device(self) -> torch.device:
-        """The device of the policy's full copy (rank 0), or of this rank's shards."""
-        return next((self.full if self.full is not None else self.model).parameters()).device
-
     def _update_stats(self, batches: Sequence[MicroBatch | PolicyForward], counts: torch.Tensor,
                       totals: torch.Tensor, gaps: list[torch.Tensor], grad_norm: torch.Tensor) -> UpdateStats:
         """The statistics of the whole update: sums over the ranks (the 1-rank values up to float rounding)."""
