@@ -546,16 +546,45 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     run: RunConfig = field(default_factory=RunConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    set_keys: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    """The ``section.field`` keys the user wrote (config file, a sweep's and a cell's ``set:``, ``--set``, ``--steps``
+    and the other flags), recorded by :func:`config_from_dict`. Not part of the config: never dumped or compared."""
 
     def __post_init__(self) -> None:
         _check(self.memory.autocast == "off" or self.model.dtype == "float32", f"memory.autocast="
                f"{self.memory.autocast} keeps fp32 master weights; set model.dtype=float32 (got {self.model.dtype})")
 
+    def is_set(self, key: str) -> bool:
+        """Whether the user set ``key`` (``section.field``): it was written (:attr:`set_keys`), or — a Config built
+        in code — it holds a value other than the global default. A profile's default fills only keys not set, so a
+        value the user wrote runs even when it equals the global default (``rollout.samples_per_prompt: 8``)."""
+        if key in self.set_keys:
+            return True
+        section, _, name = key.partition(".")
+        return getattr(getattr(self, section), name) != getattr(_section_default(section), name)
+
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        out = _plain(dataclasses.asdict(self))
+        out.pop("set_keys", None)
+        return out
 
     def replace(self, **sections: Any) -> "Config":
         return dataclasses.replace(self, **sections)
+
+
+def _section_default(section: str) -> Any:
+    """``section`` at its global default (what :meth:`Config.is_set` compares a value built in code with)."""
+    factories = {f.name: f.default_factory for f in fields(Config) if f.default_factory is not dataclasses.MISSING}
+    if section not in factories:
+        raise ConfigError(f"{section!r} is not a config section ({', '.join(factories)})")
+    return factories[section]()  # type: ignore[operator]
+
+
+def written_keys(data: Mapping[str, Any]) -> frozenset[str]:
+    """The ``section.field`` keys a config mapping names (a section written whole, e.g. ``cohort: {name: ...}``,
+    names its fields; ``section.field.sub`` counts as ``section.field``)."""
+    return frozenset(f"{section}.{name}" for section, body in data.items() if isinstance(body, Mapping)
+                     for name in body)
 
 
 def agent_resources(spec: AgentSpec, run: RunConfig) -> tuple[int, float, float]:
@@ -611,7 +640,10 @@ def config_from_dict(data: Mapping[str, Any] | None) -> Config:
     memory = data.get("memory")
     if isinstance(memory, Mapping) and memory.get("autocast") is False:  # YAML reads a bare off as false
         data = {**data, "memory": {**memory, "autocast": "off"}}
-    return _build(Config, data, "")
+    if "set_keys" in data:
+        raise ConfigError("unknown config key set_keys; it is recorded from what a config writes, not written")
+    cfg = _build(Config, data, "")
+    return dataclasses.replace(cfg, set_keys=written_keys(data))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -96,7 +96,7 @@ class Profile:
 
     @classmethod
     def default_benchmarks(cls) -> tuple[str, ...]:
-        """What a run evaluates when ``eval.benchmarks`` is left at its default. Default: () = the config's own
+        """What a run evaluates when ``eval.benchmarks`` is not set. Default: () = the config's own
         default."""
         return ()
 
@@ -109,8 +109,10 @@ class Profile:
 
     @classmethod
     def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
-        """``(cfg, notes)``: the config with this profile's own values where it left the global defaults (hf: the
-        sizes of a CPU step), one note per value filled (``validate`` prints them). Default: unchanged, no notes."""
+        """``(cfg, notes)``: the config with this profile's own values in the keys nobody set (hf: the sizes of a
+        CPU step), one note per value filled (``validate`` prints them). Decide "unset" with ``cfg.is_set(key)``,
+        never by comparing a value with the global default: a value the user wrote is the value that runs, even
+        when it equals the default. Default: unchanged, no notes."""
         return cfg, []
 
     @classmethod

@@ -91,13 +91,13 @@ CPU_DEFAULTS: dict[tuple[str, str], Any] = {
     ("eval", "max_problems"): 20, ("eval", "samples"): 0, ("eval", "max_new_tokens"): 256,
     ("rollout", "prompts_per_step"): 8, ("rollout", "samples_per_prompt"): 4, ("rollout", "max_new_tokens"): 128,
 }
-"""What an hf run whose agents are on the CPU uses where its config leaves the global (micro-sized) default: 8
+"""What an hf run whose agents are on the CPU uses for each of these keys nobody set (:meth:`Config.is_set`): 8
 prompts x 4 samples x 128 tokens per step, and 20 problems of each benchmark, greedy, 256 tokens. A step of
 smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB."""
 GENERATOR = "corl_bench.hf.arith"
 """The module of the hf profile's generated suites (a spec's ``source.generator``)."""
 MATH_SUITE = ("gsm8k", "math500", "amc83")
-"""The paper's math benchmarks: what an hf run evaluates when ``eval.benchmarks`` is left at its default."""
+"""The paper's math benchmarks: what an hf run evaluates when ``eval.benchmarks`` is not set."""
 
 
 class HFProfile(Profile):
@@ -151,12 +151,13 @@ class HFProfile(Profile):
 
     @classmethod
     def default_benchmarks(cls) -> tuple[str, ...]:
-        """``eval.benchmarks`` left at its default: the paper's math suite (GSM8K, MATH-500, AMC)."""
+        """``eval.benchmarks`` not set: the paper's math suite (GSM8K, MATH-500, AMC)."""
         return MATH_SUITE
 
     @classmethod
     def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
-        """The config with the hf profile's defaults where it leaves the global ones, and a note per value filled:
+        """The config with the hf profile's defaults in the keys nobody set (:meth:`Config.is_set`; a value written
+        equal to the global default is set and kept), and a note per value filled:
         on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device, when ``memory.micro_batch``, ``memory.logit_chunk``
         and ``memory.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
         (:func:`corl_bench.hf.fit.fit_memory`)."""
@@ -165,19 +166,20 @@ class HFProfile(Profile):
         from corl_bench.hf import fit
 
         notes: list[str] = []
-        base = type(cfg)()
         if all(fit._device_key(a.device or cfg.model.device) == "cpu" for a in cfg.cohort.agents):
             for (section, name), value in CPU_DEFAULTS.items():
-                if getattr(getattr(cfg, section), name) == getattr(getattr(base, section), name):
+                if not cfg.is_set(f"{section}.{name}"):
                     cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
-                    notes.append(f"{section}.{name}={value}")
+                    notes.append(f"{section}.{name}={value} (its CPU default; {section}.{name} was not set)")
         g = cfg.memory
-        if not (g.micro_batch or g.logit_chunk or g.shared_prefix):
+        fitted = ("memory.micro_batch", "memory.logit_chunk", "memory.shared_prefix")
+        if not any(cfg.is_set(key) for key in fitted):
             archs = cls.archs(cfg)
             mb, chunk, peaks = fit.fit_memory(cfg, archs, cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
             cfg = cfg.replace(memory=dataclasses.replace(g, micro_batch=mb, logit_chunk=chunk))
             notes.append(f"memory.micro_batch={mb} memory.logit_chunk={chunk} (fit to "
-                         f"{', '.join(f'{fit.device_memory(d) / fit.GB:.0f} GB on {d}' for d in peaks)})")
+                         f"{', '.join(f'{fit.device_memory(d) / fit.GB:.0f} GB on {d}' for d in peaks)}; none of "
+                         f"{', '.join(fitted)} was set)")
         return cfg, notes
 
     @classmethod

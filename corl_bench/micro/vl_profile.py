@@ -71,7 +71,7 @@ class MicroVisualProfile(MicroProfile):
 
     @classmethod
     def default_benchmarks(cls) -> tuple[str, ...]:
-        """What a run evaluates when ``eval.benchmarks`` is left at its default."""
+        """What a run evaluates when ``eval.benchmarks`` is not set."""
         return ("micro-visual-test",)
 
     def suite_items(self, suite: str) -> list[VisualItem]:

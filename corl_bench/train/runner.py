@@ -49,7 +49,7 @@ def _lookup(registry: Any, name: str, field: str) -> Any:
 
 
 def _default_profile(cfg: Config) -> str:
-    """``model.profile`` when the config leaves it at its default (a cohort of another profile then chooses)."""
+    """``model.profile`` at its global default (validation looks up any other name early)."""
     return type(cfg.model)().profile
 
 
@@ -62,7 +62,7 @@ def _resolve_cohort(cfg: Config) -> tuple[Config, Any]:
         if cfg.cohort.paper_row:
             cohort = dataclasses.replace(cohort, paper_row=cfg.cohort.paper_row)
     profile_name = cfg.model.profile
-    if profile_name == _default_profile(cfg) and cohort.profile:  # the default profile gives way to the cohort's
+    if not cfg.is_set("model.profile") and cohort.profile:  # an unset profile gives way to the cohort's
         profile_name = cohort.profile
     if profile_name not in PROFILES:
         raise ConfigError(f"cohort {cohort.name!r} is defined for profile {profile_name!r}, which is not registered "
@@ -104,12 +104,14 @@ def resolve(cfg: Config) -> Plan:
     cfg, profile_cls = _resolve_cohort(cfg)
     cohort = cfg.cohort
     defaults = profile_cls.default_benchmarks()  # the profile's own test suites, when the config keeps its default
-    if defaults and cfg.eval.benchmarks == type(cfg.eval)().benchmarks:
+    filled_benchmarks = bool(defaults) and not cfg.is_set("eval.benchmarks")
+    if filled_benchmarks:
         cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=tuple(defaults)))
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
     cfg, filled = profile_cls.fill_defaults(cfg, method_cls)  # the profile's own sizes (hf: a CPU step)
-    notes = list(filled)
+    notes = ([f"eval.benchmarks={list(defaults)} (its default suites; eval.benchmarks was not set)"]
+             if filled_benchmarks else []) + list(filled)
     method_cls.check_cohort(cohort.agents, cohort.name)
     _check_paper_row(cohort)
     options = method_cls.parse_options(cfg.method.options)

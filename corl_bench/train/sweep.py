@@ -174,6 +174,32 @@ def cell_status(spec: SweepSpec, cell: Cell) -> str:
         return "interrupted"
 
 
+#: Fields a finished cell may hold otherwise than the sweep resolves now: where it was written, how many threads ran it.
+FINISHED_IGNORES = frozenset({"run.output_dir", "model.threads"})
+
+
+def check_finished(spec: SweepSpec, cells: Sequence[Cell]) -> None:
+    """Refuse (one line) a finished cell that ran with another config than the sweep now gives it: counting it as
+    done would report its numbers under settings it never had (a sweep file edited since, or a profile default
+    that replaced a value the sweep set)."""
+    from corl_bench.train.resume import RESUME_IGNORES, config_diff, stored_config
+    from corl_bench.train.runner import resolve
+
+    for cell in cells:
+        if cell_status(spec, cell) != "finished":
+            continue
+        where = Path(spec.keep) / "runs" / cell.run_id
+        if not (spec.keep and _finished(where)):
+            where = Path(spec.output_dir) / "runs" / cell.run_id
+        changed = config_diff(stored_config(where), resolve(cell_config(spec, cell)).config.to_dict(),
+                              ignore=RESUME_IGNORES | FINISHED_IGNORES)
+        if changed:
+            shown = "; ".join(changed[:3]) + (f"; and {len(changed) - 3} more" if len(changed) > 3 else "")
+            raise ConfigError(f"sweep {spec.name}: finished cell {where} ran with another config than the sweep "
+                              f"gives it now ({shown}, as ran -> as the sweep resolves); write the values it ran "
+                              "with into the sweep (or a tagged cell), or move the cell away to run it again")
+
+
 def _finished(path: Path) -> bool:
     from corl_bench.results import RunDir
 
@@ -242,6 +268,7 @@ def run_sweep(spec: SweepSpec, *, console: Any = None, on_cell: Callable[[Cell, 
         TimeRemainingColumn
 
     cells, skipped = plan(spec)
+    check_finished(spec, cells)
     out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "elsewhere": [], "resumed": [], "ran": [],
                                  "failed": []}
     console = console or Console(stderr=True)
@@ -325,8 +352,9 @@ def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float) -> 
     from corl_bench.train.actors import forwarded_env, init_ray, runtime_families
     from corl_bench.train.runner import resolve
 
-    ray = init_ray(address)
     cells, skipped = plan(spec)
+    check_finished(spec, cells)
+    ray = init_ray(address)
     out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "elsewhere": [], "resumed": [], "ran": [],
                                  "failed": []}
     console = console or Console(stderr=True)
