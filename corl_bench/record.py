@@ -30,7 +30,8 @@ STATUSES = ("running", "finished", "failed")
 
 #: Fields that say when, where and how fast a run ran (and what it was named after), not what it produced: two runs of one
 #: config differ in them and nothing else (:meth:`RunRecord.comparable`).
-VOLATILE = frozenset({"run_id", "started_at", "finished_at", "wall_seconds", "timings", "resumed_at", "actors"})
+VOLATILE = frozenset({"run_id", "started_at", "finished_at", "wall_seconds", "timings", "resumed_at", "actors",
+                       "resolved"})
 
 
 def _is_int(value: Any) -> bool:
@@ -77,7 +78,8 @@ _KINDS: dict[str, tuple[str, Any]] = {
     **{k: ("int", lambda v: _is_int(v) and v >= 0) for k in ("steps", "stopped_after_step")},
     "wall_seconds": ("float", _is_number),
     "phases": ("list", lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v)),
-    "resumed_at": ("list", lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v)),
+    **{k: ("list", lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v)) for k in (
+        "resumed_at", "resolved")},
     "timings": ("dict", lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values())),
     "collapse_alarms": ("list", lambda v: isinstance(v, list)),
     "agents": ("list", lambda v: False),  # reached only when it is not a list
@@ -105,6 +107,7 @@ class RunRecord:
     phases: Optional[tuple[str, ...]] = None  # evaluation phases written, in the order they were (re)written
     timings: Optional[Mapping[str, float]] = None  # phase -> seconds (models, eval_<phase>, train)
     paper_row: Optional[str] = None  # the paper row its cohort reproduces (cohort.paper_row)
+    resolved: Optional[tuple[str, ...]] = None  # what resolving the config filled in or estimated (validate's notes)
     teachers: Any = None  # method.teachers(): agent -> the agents it learns from
     contamination: Any = None  # the profile's decontamination report
     collapse_alarms: Optional[tuple[Any, ...]] = None  # [] = watched and silent; None = not watched
@@ -141,7 +144,7 @@ class RunRecord:
             if kind is not None and not kind[1](value):
                 invalid[name] = value
                 continue
-            if name in ("phases", "resumed_at", "collapse_alarms"):
+            if name in ("phases", "resumed_at", "collapse_alarms", "resolved"):
                 value = tuple(value)
             elif name == "timings":
                 value = dict(value)

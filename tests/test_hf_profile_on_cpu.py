@@ -277,6 +277,8 @@ def test_a_short_hf_run_evaluates_like_corl_bench_eval_and_drops_contaminated_pr
     rd = RunDir(run(cfg, auto_resume=False))
     info = rd.info()
     assert info["status"] == "finished" and info["profile"] == "hf"
+    assert any(n.startswith("memory.micro_batch=") for n in info["resolved"]), info["resolved"]  # filled, recorded
+    assert not any(n.startswith(("rollout.", "eval.")) for n in info["resolved"])  # all set: none filled
     cont = info["contamination"]
     assert cont["problems_before"] == 10 and cont["dropped"] == 2 and sorted(cont["dropped_ids"]) == ["g4", "g5"]
     assert cont["by_benchmark"]["gsm8k"] == {"exact": 1, "normalised": 1, "options": 0}

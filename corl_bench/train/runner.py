@@ -38,7 +38,7 @@ class Plan:
     method_cls: type
     options: Any
     notes: tuple[str, ...] = ()
-    """what the profile chose where the config left a default, and its memory estimate (validate prints them)"""
+    """what the profile filled in keys nobody set, and its memory estimate (validate prints them; run.json: resolved)"""
 
 
 def _lookup(registry: Any, name: str, field: str) -> Any:
@@ -285,7 +285,8 @@ def prepare(cfg: Config) -> Plan:
     profile_cls = PROFILES.get(cfg.model.profile)
     if profile_cls.fetch is not Profile.fetch:  # the profile downloads models: fetch, then check their kinds
         profile_cls.fetch(cfg)
-        plan = resolve(cfg)
+        again = resolve(cfg)  # of the resolved config: what the first pass filled is set now, so keep its notes
+        plan = dataclasses.replace(again, notes=tuple(dict.fromkeys((*plan.notes, *again.notes))))
     return plan
 
 

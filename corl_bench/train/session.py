@@ -95,15 +95,17 @@ def stop_sharded(agents: Sequence[Any]) -> None:
             a.close()
 
 
-def new_record(cfg: Any, run_id: str) -> RunRecord:
-    """The record of a run that starts now."""
+def new_record(cfg: Any, run_id: str, notes: tuple[str, ...] = ()) -> RunRecord:
+    """The record of a run that starts now; ``notes``: what resolving its config filled in or estimated (the lines
+    ``validate`` prints, e.g. a profile default in a key nobody set), kept as ``resolved`` (absent when none)."""
     from corl_bench.results import now_iso
 
     return RunRecord(run_id=run_id, method=cfg.method.name, cohort=cfg.cohort.name, profile=cfg.model.profile,
                      seed=cfg.run.seed, tag=cfg.run.tag, status="running", started_at=now_iso(),
                      agents=tuple(AgentEntry(a.name, a.family, a.view) for a in cfg.cohort.agents),
                      steps=cfg.run.steps, phases=(), timings={},
-                     paper_row=cfg.cohort.paper_row or None)  # the table labels the run by its paper row
+                     paper_row=cfg.cohort.paper_row or None,  # the table labels the run by its paper row
+                     resolved=tuple(notes) or None)
 
 
 def open_run(plan: Any, resume: Optional[Path], auto_resume: bool) -> tuple[Path, Optional[RunRecord]]:
@@ -129,7 +131,7 @@ def open_run(plan: Any, resume: Optional[Path], auto_resume: bool) -> tuple[Path
     run_dir = new_run_dir(Path(cfg.run.output_dir), cfg.run.run_id or default_run_id(cfg))
     atomic_write_text(RunDir(run_dir).config_path, dump_config(cfg))
     write_json(RunDir(run_dir).env_path, environment_record(cfg.run.seed))
-    return run_dir, new_record(cfg, run_dir.name)
+    return run_dir, new_record(cfg, run_dir.name, plan.notes)
 
 
 def status_line(metrics: dict[str, dict[str, float | None]]) -> str:
