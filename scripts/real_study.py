@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]  # this checkout's corl_bench; alarm_record, collapse_check
 BENCHMARKS = ("arith-heldout", "arith-transfer")
 METRICS = (("greedy", "greedy"), ("avg_k", "pass@1"))
 CURVES = (("reward/true_mean", "rollout accuracy"), ("label/accuracy", "pseudo-label accuracy"),
@@ -157,7 +158,11 @@ def dynamics(runs_dir: Path, checkpoints: tuple[int, ...]) -> str:
             "only Co-RL's agents are rewarded by it).\n\n" + "\n".join(lines) + "\n")
 
 
-def collapse(runs_dir: Path, scores_by_bench: dict) -> str:
+def collapse(runs_dir: Path, scores_by_bench: dict, micro_dir: Path | None = None) -> str:
+    """The alarm per run, the agents below half of Base, and the alarm's precision and recall against the held-out
+    truth on this study's runs and (``micro_dir``) the micro study's (scripts/alarm_record.py)."""
+    from alarm_record import alarm_markdown
+
     from corl_bench.report.study import collapse_report
     from corl_bench.results import find_runs
 
@@ -181,7 +186,10 @@ def collapse(runs_dir: Path, scores_by_bench: dict) -> str:
                          f"{_pp(c['base'])} → {_pp(c['final'])}")
     if not found:
         lines.append("- none")
-    return "\n".join(lines) + "\n"
+    roots = [("real", runs_dir.parent)] + ([("micro", micro_dir)] if micro_dir and (micro_dir / "runs").is_dir() else [])
+    lines += ["", "## The alarm's record against the held-out truth", "",
+              alarm_markdown(roots, scores_by_bench[BENCHMARKS[0]])]
+    return "\n".join(lines)
 
 
 def _verdicts(comparisons, claim: str, metric: str) -> str:
@@ -217,7 +225,8 @@ def _micro_comparisons(claims) -> list:
             return Cell("corl", "cross-family", "", "base")
         if c.method in ("gt-reward", "ttrl"):  # single-agent methods: whichever cohort the micro grid ran them on
             return Cell(c.method, None, c.tag, c.phase)
-        return Cell(c.method, cohort.get(c.cohort or "", c.cohort), c.tag, c.phase)
+        agent = f"{c.agent.split('-')[0]}-qwen2-bpe" if c.agent else None  # a0-smol -> a0-qwen2-bpe (same seed offset)
+        return Cell(c.method, cohort.get(c.cohort or "", c.cohort), c.tag, c.phase, agent)
 
     mapped = [Claim(c.name, cell(c.a), cell(c.b), ("qwen2-bpe", "llama-bpe"), c.margin) for c in claims]
     mapped = [Claim(c.name, c.a, c.b, ("qwen2-bpe",), c.margin) if "same-family" in c.name else c for c in mapped]
@@ -275,7 +284,7 @@ def main() -> int:
     atomic_write_text(out / "intervals.md", intervals(runs_dir, base_cell, corl_cell, min(spec.seeds)))
     steps = max((RunDir(d).record().steps or 0 for d in runs_dir.glob("*") if RunDir(d).is_run()), default=0)
     atomic_write_text(out / "dynamics.md", dynamics(runs_dir, tuple(sorted({1, max(1, steps // 2), max(1, steps - 2)}))))
-    atomic_write_text(out / "collapse.md", collapse(runs_dir, scores_by_bench))
+    atomic_write_text(out / "collapse.md", collapse(runs_dir, scores_by_bench, REPO / "results" / "micro-study" / "sweep"))
     atomic_write_text(out / "micro-vs-real.md", micro_vs_real(real[BENCHMARKS[0]], _micro_comparisons(claims), claims))
     atomic_write_text(out / "walltime.md", walltime(runs_dir))
     first_seed = min(spec.seeds)
