@@ -120,6 +120,16 @@ def alarm_markdown(roots: Sequence[tuple[str, Path]], heldout: Sequence[Any]) ->
              "*replayed*: the alarm recomputed from metrics.jsonl with today's default monitor settings; "
              "*recorded*: what the run's own alarm logged while training.", ""]
     lines += record_table(rows)
+    agree = sum((r["alarm_step"] is not None) == r["recorded"] for r in rows)
+    lines += ["", f"Replayed and recorded alarm agree on {agree} of {len(rows)} agents.", "",
+              "Alarms per cell (agents alarmed / agents; in brackets the cell's collapsed agents, alarmed or not):", "",
+              "| study | method | alarmed | collapsed |", "|---|---|---:|---:|"]
+    for study in sorted({r["study"] for r in rows}, reverse=True):
+        part = [r for r in rows if r["study"] == study]
+        for method in sorted({r["run"].rsplit("-s", 1)[0] for r in part}):
+            of = [r for r in part if r["run"].rsplit("-s", 1)[0] == method]
+            lines.append(f"| {study} | {method} | {sum(r['alarm_step'] is not None for r in of)} / {len(of)} | "
+                         f"({sum(r['truth'] == 'collapsed' for r in of)}) |")
     lines += ["", "Per agent of the real study (arith-heldout; base = the Base cell of the same seed):", "",
               "| run | agent | pass@1 base → final | greedy base → final | truth | alarm (replayed) | recorded |",
               "|---|---|---|---|---|---|---|"]
