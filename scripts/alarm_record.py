@@ -149,6 +149,11 @@ def alarm_markdown(roots: Sequence[tuple[str, Path]], heldout: Sequence[Any]) ->
             cols = signal_ratios(root_of(roots, "real") / "runs" / r["run"], r["agent"])
             alarm = "–" if r["alarm_step"] is None else f"step {r['alarm_step']}"
             lines.append(f"| {r['run']} | {r['agent']} | " + " | ".join(cols) + f" | {alarm} |")
+        lines += ["", "What a label-free signal cannot see: every signal is compared with the agent's own first steps, "
+                  "so a model that is confidently wrong from the start (near-zero entropy, a firm majority, short "
+                  "answers) and stays so — or grows a little surer of wrong answers — moves none of them past a "
+                  "threshold while its hidden-truth accuracy falls. Only a held-out evaluation sees that collapse; "
+                  "the alarm says \"look at this run\", not \"this run collapsed\"."]
     micro = [r for r in rows if r["study"] == "micro" and r["truth"] in RULES["harmed"]]
     if micro:
         lines += ["", "Micro study, the truly bad agents (the rest are in `scripts/collapse_check.py "

@@ -153,8 +153,8 @@ def rollout_size(runs: list[Any]) -> str:
     that denominator (prompts x samples)."""
     import yaml
 
-    lines = ["| run | prompts/step | samples/prompt | per-step fractions with denominator prompts×samples |",
-             "|---|---:|---:|---|"]
+    lines = ["| run | prompts/step | samples/prompt | per-step fractions (`reward/true_mean`) that are multiples of "
+             "1 / (prompts × samples) | that need twice the samples |", "|---|---:|---:|---|---:|"]
     sizes = set()
     for run in runs:
         cfg = yaml.safe_load(run.config_path.read_text())
@@ -162,10 +162,10 @@ def rollout_size(runs: list[Any]) -> str:
         sizes.add((p, k))
         rows = run.metrics() if run.record().steps else []
         vals = [r["reward/true_mean"] for r in rows if r.get("reward/true_mean") is not None]
-        fits = all(abs(v * p * k - round(v * p * k)) < 1e-6 for v in vals)
-        odd = all(abs(v * p * 8 - round(v * p * 8)) < 1e-6 for v in vals)
-        lines.append(f"| {run.name} | {p} | {k} | {'yes' if fits else 'NO'} ({len(vals)} rows"
-                     + ("" if not vals else f"; fit ×{p * 8} too: {'yes' if odd else 'no'}") + ") |")
+        fits = sum(abs(v * p * k - round(v * p * k)) < 1e-6 for v in vals)
+        finer = sum(abs(v * p * k - round(v * p * k)) >= 1e-6 and abs(2 * v * p * k - round(2 * v * p * k)) < 1e-6
+                    for v in vals)
+        lines.append(f"| {run.name} | {p} | {k} | {fits} of {len(vals)} | {finer} |")
     head = "; ".join(f"{p} prompts × {k} samples" for p, k in sorted(sizes))
     return f"Rollout size as run: **{head}** (config.yaml of every run).\n\n" + "\n".join(lines) + "\n"
 
