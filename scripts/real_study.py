@@ -47,8 +47,19 @@ def _label(method: str, cohort: str, tag: str) -> str:
     return f"{method} × {cohort}" + (f" [{tag}]" if tag else "")
 
 
+def _rows_of(scores: list, cells: list, family: str) -> list[tuple[str, str, str, str | None]]:
+    """The table rows of one family: one per cell, or one per agent where a cell has several agents of the family
+    (same-family Co-RL: its agents are never pooled)."""
+    rows = []
+    for method, cohort, tag in cells:
+        agents = sorted({s.agent for s in scores if (s.method, s.cohort, s.tag, s.family) == (method, cohort, tag, family)})
+        rows += [(method, cohort, tag, a) for a in agents] if len(agents) > 1 else [(method, cohort, tag, None)]
+    return rows
+
+
 def tables(scores_by_bench: dict, base_tag: str = "base") -> str:
-    """Per benchmark and family: each cell's final score (mean ± sd over seeds) and its per-seed change from Base."""
+    """Per benchmark and family: each cell's final score (mean ± sd over seeds) and its per-seed change from Base;
+    a cell with several agents of one family (same-family Co-RL) has one row per agent."""
     out = []
     for bench, scores in scores_by_bench.items():
         families = sorted({s.family for s in scores})
@@ -60,14 +71,15 @@ def tables(scores_by_bench: dict, base_tag: str = "base") -> str:
                     base.setdefault(s.seed, []).append(s.final)
             lines = [f"**{bench} · {family}** (percent; Δ = change from Base, paired by seed)", "",
                      "| cell | seeds | greedy | Δ greedy | pass@1 | Δ pass@1 |", "|---|---:|---:|---:|---:|---:|"]
-            for method, cohort, tag in cells:
+            for method, cohort, tag, agent in _rows_of(scores, cells, family):
                 per_seed: dict[int, list[dict]] = {}
                 for s in scores:
-                    if (s.method, s.cohort, s.tag, s.family) == (method, cohort, tag, family):
+                    if (s.method, s.cohort, s.tag, s.family) == (method, cohort, tag, family) \
+                            and agent in (None, s.agent):
                         per_seed.setdefault(s.seed, []).append(s.final)
                 if not per_seed:
                     continue
-                row = [_label(method, cohort, tag), str(len(per_seed))]
+                row = [_label(method, cohort, tag) + (f" ({agent})" if agent else ""), str(len(per_seed))]
                 for metric, _ in METRICS:
                     vals = {seed: statistics.fmean(f[metric] for f in fs) for seed, fs in per_seed.items()
                             if all(metric in f for f in fs)}
