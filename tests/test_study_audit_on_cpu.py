@@ -93,3 +93,21 @@ def test_same_family_per_agent_from_the_stored_cells() -> None:
         final = audit._pick(scores, "corl", audit.SAME, agent=agent)
         got = tuple(round(100 * (final[k].final["greedy"] - base[k].final["greedy"]), 1) for k in (0, 1, 2))
         assert got == expected
+
+
+def test_tables_never_pool_agents_of_one_family() -> None:
+    import importlib.util
+
+    from corl_bench.report.study import AgentScores
+
+    spec = importlib.util.spec_from_file_location("real_study", REPO / "scripts" / "real_study.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    scores = [AgentScores("corl", c, "", a, f, 0, {"greedy": 0.5, "avg_k": 0.4}, {})
+              for c, a, f in (("same", "a0-smol", "smol"), ("same", "a1-smol", "smol"), ("cross", "a0-smol", "smol"),
+                              ("cross", "a1-gemma", "gemma"))]
+    cells = [("corl", "cross", ""), ("corl", "same", "")]
+    assert script._rows_of(scores, cells, "smol") == [("corl", "cross", "", None), ("corl", "same", "", "a0-smol"),
+                                                      ("corl", "same", "", "a1-smol")]
+    table = script.tables({"b": scores})
+    assert "| corl × same (a0-smol) | 1 |" in table and "| corl × same (a1-smol) | 1 |" in table
