@@ -52,19 +52,54 @@ def truth_turn(true_mean: list[Optional[float]]) -> tuple[Optional[int], Optiona
     return peak, fall
 
 
+def truth_of(base: Optional[float], final: Optional[float], base_g: Optional[float],
+             final_g: Optional[float]) -> str:
+    """The hidden truth of one agent from its held-out scores: collapsed (pass@1 or greedy below half of base),
+    degraded (either more than 5 points below base, not collapsed), ok, or ? (a score is missing)."""
+    if None in (base, final, base_g, final_g):
+        return "?"
+    pairs = ((base, final), (base_g, final_g))
+    return ("collapsed" if any(y < 0.5 * x for x, y in pairs) else
+            "degraded" if any(y < x - 0.05 for x, y in pairs) else "ok")
+
+
+def confusion(pairs: list[tuple[bool, bool]]) -> dict[str, Any]:
+    """(truly bad, alarm fired) per agent -> counts, precision (alarms that were right) and recall (bad agents the
+    alarm caught); None where the denominator is zero."""
+    tp = sum(bad and fired for bad, fired in pairs)
+    fp = sum(fired and not bad for bad, fired in pairs)
+    fn = sum(bad and not fired for bad, fired in pairs)
+    tn = sum(not bad and not fired for bad, fired in pairs)
+    return {"agents": len(pairs), "tp": tp, "fp": fp, "fn": fn, "tn": tn,
+            "precision": tp / (tp + fp) if tp + fp else None, "recall": tp / (tp + fn) if tp + fn else None}
+
+
+def replay_alarms(rd: RunDir, cfg: Any) -> dict[str, Any]:
+    """agent -> the first alarm the label-free monitor (``cfg.monitor``) fires on this run's logged steps."""
+    metrics = [r for r in rd.metrics() if "agent" in r and "step" in r and not r.get("event")]
+    steps = sorted({r["step"] for r in metrics})
+    by_step = [{r["agent"]: r for r in metrics if r["step"] == s} for s in steps]
+    fired: dict[str, Any] = {}
+    for a in CollapseMonitor(cfg.monitor).replay(by_step):
+        fired.setdefault(a.agent, a)
+    return fired
+
+
 def check(run_dirs: list[Path], overrides: list[str]) -> list[dict[str, Any]]:
     cfg = load_config(None, overrides)
     rows = []
+    collected: dict[Path, Any] = {}  # one grading pass per results folder, not one per run
     for path in run_dirs:
         rd = RunDir(path)
         record = rd.record()
         metrics = rd.metrics()
-        steps = sorted({r["step"] for r in metrics})
-        by_step = [{r["agent"]: r for r in metrics if r["step"] == s} for s in steps]
-        fired = {a.agent: a for a in CollapseMonitor(cfg.monitor).replay(by_step)}
+        steps = sorted({r["step"] for r in metrics if "step" in r})
+        by_step = [{r["agent"]: r for r in metrics if r.get("step") == s and "agent" in r} for s in steps]
+        fired = replay_alarms(rd, cfg)
         logged = {e["agent"]: e["step"] for e in rd.events()}
-        results = {r.agent: r for r in collect_results(path.parent, selected=False).results
-                   if r.run_id == record.run_id}
+        if path.parent not in collected:
+            collected[path.parent] = collect_results(path.parent, selected=False).results
+        results = {r.agent: r for r in collected[path.parent] if r.run_id == record.run_id}
         for agent in record.agent_names:
             res = results.get(agent)
             bench = next(iter(res.final)) if res else None
@@ -72,11 +107,7 @@ def check(run_dirs: list[Path], overrides: list[str]) -> list[dict[str, Any]]:
             f = res.final.get(bench) if res else None
             base, final = (b.avg_k if b else None), (f.avg_k if f else None)
             base_g, final_g = (b.greedy if b else None), (f.greedy if f else None)
-            truth = "?"
-            if None not in (base, final, base_g, final_g):
-                pairs = ((base, final), (base_g, final_g))
-                truth = ("collapsed" if any(y < 0.5 * x for x, y in pairs) else
-                         "degraded" if any(y < x - 0.05 for x, y in pairs) else "ok")
+            truth = truth_of(base, final, base_g, final_g)
             peak, fall = truth_turn([by_step[i].get(agent, {}).get("reward/true_mean") for i in range(len(steps))])
             alarm = fired.get(agent)
             verdict = {("collapsed", True): "hit", ("collapsed", False): "miss", ("ok", True): "false alarm",

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]  # this checkout's corl_bench; alarm_record, collapse_check
 BENCHMARKS = ("arith-heldout", "arith-transfer")
 METRICS = (("greedy", "greedy"), ("avg_k", "pass@1"))
 CURVES = (("reward/true_mean", "rollout accuracy"), ("label/accuracy", "pseudo-label accuracy"),
@@ -46,8 +47,19 @@ def _label(method: str, cohort: str, tag: str) -> str:
     return f"{method} × {cohort}" + (f" [{tag}]" if tag else "")
 
 
+def _rows_of(scores: list, cells: list, family: str) -> list[tuple[str, str, str, str | None]]:
+    """The table rows of one family: one per cell, or one per agent where a cell has several agents of the family
+    (same-family Co-RL: its agents are never pooled)."""
+    rows = []
+    for method, cohort, tag in cells:
+        agents = sorted({s.agent for s in scores if (s.method, s.cohort, s.tag, s.family) == (method, cohort, tag, family)})
+        rows += [(method, cohort, tag, a) for a in agents] if len(agents) > 1 else [(method, cohort, tag, None)]
+    return rows
+
+
 def tables(scores_by_bench: dict, base_tag: str = "base") -> str:
-    """Per benchmark and family: each cell's final score (mean ± sd over seeds) and its per-seed change from Base."""
+    """Per benchmark and family: each cell's final score (mean ± sd over seeds) and its per-seed change from Base;
+    a cell with several agents of one family (same-family Co-RL) has one row per agent."""
     out = []
     for bench, scores in scores_by_bench.items():
         families = sorted({s.family for s in scores})
@@ -59,14 +71,15 @@ def tables(scores_by_bench: dict, base_tag: str = "base") -> str:
                     base.setdefault(s.seed, []).append(s.final)
             lines = [f"**{bench} · {family}** (percent; Δ = change from Base, paired by seed)", "",
                      "| cell | seeds | greedy | Δ greedy | pass@1 | Δ pass@1 |", "|---|---:|---:|---:|---:|---:|"]
-            for method, cohort, tag in cells:
+            for method, cohort, tag, agent in _rows_of(scores, cells, family):
                 per_seed: dict[int, list[dict]] = {}
                 for s in scores:
-                    if (s.method, s.cohort, s.tag, s.family) == (method, cohort, tag, family):
+                    if (s.method, s.cohort, s.tag, s.family) == (method, cohort, tag, family) \
+                            and agent in (None, s.agent):
                         per_seed.setdefault(s.seed, []).append(s.final)
                 if not per_seed:
                     continue
-                row = [_label(method, cohort, tag), str(len(per_seed))]
+                row = [_label(method, cohort, tag) + (f" ({agent})" if agent else ""), str(len(per_seed))]
                 for metric, _ in METRICS:
                     vals = {seed: statistics.fmean(f[metric] for f in fs) for seed, fs in per_seed.items()
                             if all(metric in f for f in fs)}
@@ -157,7 +170,11 @@ def dynamics(runs_dir: Path, checkpoints: tuple[int, ...]) -> str:
             "only Co-RL's agents are rewarded by it).\n\n" + "\n".join(lines) + "\n")
 
 
-def collapse(runs_dir: Path, scores_by_bench: dict) -> str:
+def collapse(runs_dir: Path, scores_by_bench: dict, micro_dir: Path | None = None) -> str:
+    """The alarm per run, the agents below half of Base, and the alarm's precision and recall against the held-out
+    truth on this study's runs and (``micro_dir``) the micro study's (scripts/alarm_record.py)."""
+    from alarm_record import alarm_markdown
+
     from corl_bench.report.study import collapse_report
     from corl_bench.results import find_runs
 
@@ -181,7 +198,10 @@ def collapse(runs_dir: Path, scores_by_bench: dict) -> str:
                          f"{_pp(c['base'])} → {_pp(c['final'])}")
     if not found:
         lines.append("- none")
-    return "\n".join(lines) + "\n"
+    roots = [("real", runs_dir.parent)] + ([("micro", micro_dir)] if micro_dir and (micro_dir / "runs").is_dir() else [])
+    lines += ["", "## The alarm's record against the held-out truth", "",
+              alarm_markdown(roots, scores_by_bench[BENCHMARKS[0]])]
+    return "\n".join(lines)
 
 
 def _verdicts(comparisons, claim: str, metric: str) -> str:
@@ -217,7 +237,8 @@ def _micro_comparisons(claims) -> list:
             return Cell("corl", "cross-family", "", "base")
         if c.method in ("gt-reward", "ttrl"):  # single-agent methods: whichever cohort the micro grid ran them on
             return Cell(c.method, None, c.tag, c.phase)
-        return Cell(c.method, cohort.get(c.cohort or "", c.cohort), c.tag, c.phase)
+        agent = f"{c.agent.split('-')[0]}-qwen2-bpe" if c.agent else None  # a0-smol -> a0-qwen2-bpe (same seed offset)
+        return Cell(c.method, cohort.get(c.cohort or "", c.cohort), c.tag, c.phase, agent)
 
     mapped = [Claim(c.name, cell(c.a), cell(c.b), ("qwen2-bpe", "llama-bpe"), c.margin) for c in claims]
     mapped = [Claim(c.name, c.a, c.b, ("qwen2-bpe",), c.margin) if "same-family" in c.name else c for c in mapped]
@@ -275,7 +296,7 @@ def main() -> int:
     atomic_write_text(out / "intervals.md", intervals(runs_dir, base_cell, corl_cell, min(spec.seeds)))
     steps = max((RunDir(d).record().steps or 0 for d in runs_dir.glob("*") if RunDir(d).is_run()), default=0)
     atomic_write_text(out / "dynamics.md", dynamics(runs_dir, tuple(sorted({1, max(1, steps // 2), max(1, steps - 2)}))))
-    atomic_write_text(out / "collapse.md", collapse(runs_dir, scores_by_bench))
+    atomic_write_text(out / "collapse.md", collapse(runs_dir, scores_by_bench, REPO / "results" / "micro-study" / "sweep"))
     atomic_write_text(out / "micro-vs-real.md", micro_vs_real(real[BENCHMARKS[0]], _micro_comparisons(claims), claims))
     atomic_write_text(out / "walltime.md", walltime(runs_dir))
     first_seed = min(spec.seeds)

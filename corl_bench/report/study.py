@@ -64,16 +64,19 @@ class AgentScores:
 @dataclass(frozen=True)
 class Cell:
     """Selects agents: a method, optionally a cohort (None = any cohort; for single-agent methods, which train every
-    agent independently) and a tag ("" = untagged runs only). ``phase="base"`` selects their base scores."""
+    agent independently) and a tag ("" = untagged runs only). ``phase="base"`` selects their base scores; ``agent``
+    (a cohort agent's name, e.g. a0-smol) one agent of a cohort with several of the same family (None = their mean)."""
 
     method: str
     cohort: Optional[str] = None
     tag: str = ""
     phase: str = "final"
+    agent: Optional[str] = None
 
     @property
     def label(self) -> str:
         name = self.method + (f" × {self.cohort}" if self.cohort else "") + (f" [{self.tag}]" if self.tag else "")
+        name += f" ({self.agent})" if self.agent else ""
         return f"{name} (base)" if self.phase == "base" else name
 
 
@@ -127,7 +130,7 @@ def _per_seed(scores: Sequence[AgentScores], cell: Cell, family: str, metric: st
     """seed -> the cell's value for one backbone (mean over its agents of that family, first cohort by name if a
     single-agent method ran in several)."""
     chosen = [s for s in scores if s.method == cell.method and s.tag == cell.tag and s.family == family
-              and (cell.cohort is None or s.cohort == cell.cohort)]
+              and (cell.cohort is None or s.cohort == cell.cohort) and (cell.agent is None or s.agent == cell.agent)]
     if cell.cohort is None and chosen:
         cohorts = sorted({s.cohort for s in chosen}, key=lambda c: (c != "single", c))
         chosen = [s for s in chosen if s.cohort == cohorts[0]]
@@ -207,7 +210,7 @@ class Claim:
 
 CLAIMS_FILE = "claims.yaml"
 """the shipped claims, package data of :mod:`corl_bench.report`"""
-_CELL_FIELDS = ("method", "cohort", "tag", "phase")
+_CELL_FIELDS = ("method", "cohort", "tag", "phase", "agent")
 _CLAIM_FIELDS = ("claim", "a", "b", "backbones", "margin")
 
 
@@ -220,8 +223,9 @@ def _cell(raw: Any, where: str) -> Cell:
     phase = raw.get("phase", "final")
     if phase not in ("final", "base"):
         raise ConfigError(f"{where}.phase must be final or base (got {phase!r})")
-    cohort = raw.get("cohort")
-    return Cell(str(raw["method"]), None if cohort is None else str(cohort), str(raw.get("tag") or ""), phase)
+    cohort, agent = raw.get("cohort"), raw.get("agent")
+    return Cell(str(raw["method"]), None if cohort is None else str(cohort), str(raw.get("tag") or ""), phase,
+                None if agent is None else str(agent))
 
 
 def _claim(raw: Any, where: str) -> Claim:
