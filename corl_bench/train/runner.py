@@ -18,7 +18,7 @@ from typing import Any
 
 from corl_bench.config import Config, ConfigError, machine_problem
 from corl_bench.profile import Profile, check_profile_class
-from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
+from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, EXTRACTORS, METHODS, PROFILES
 from corl_bench.registries import RegistryError
 from corl_bench import placement
 from corl_bench.train.resume import (RESUME_IGNORES, check_resumable, config_diff, find_interrupted,
@@ -117,6 +117,7 @@ def resolve(cfg: Config) -> Plan:
     for b in cfg.eval.benchmarks:
         profile_cls.check_benchmark(b, _lookup(BENCHMARKS, b, "eval.benchmarks"))  # the profile decides
     engine_cls = _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
+    _check_extractor(cfg.rollout.extractor)
     _check_images(cfg, profile_cls, engine_cls)
     from corl_bench.train.monitor import check_monitor
     from corl_bench.train.select import check_selection
@@ -144,6 +145,16 @@ def resolve(cfg: Config) -> Plan:
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     notes = [*notes, *profile_cls.check_memory(cfg, method_cls)]  # does a step fit the devices
     return Plan(cfg, method_cls, options, tuple(notes))
+
+
+def _check_extractor(name: str) -> None:
+    """``rollout.extractor`` names a registered answer extractor (a plugin's through ``corl_bench.extractors``);
+    ``code`` reads a program, not an answer to vote on."""
+    if name in EXTRACTORS and EXTRACTORS.primary(name) != "code":
+        return
+    known = ", ".join(e for e in EXTRACTORS.names() if e != "code")
+    raise ConfigError(f"rollout.extractor={name!r} is not a registered answer extractor (known: {known}); set "
+                      "rollout.extractor=qwen, or register one through the corl_bench.extractors entry points")
 
 
 def _check_ranks(cfg: Config) -> None:
