@@ -95,6 +95,12 @@ class Profile:
         return cls.images
 
     @classmethod
+    def own_image_codec(cls, agent: Any) -> bool:
+        """Whether a vision-language ``agent``'s model carries corl-bench's own image codec rather than a Hugging Face
+        processor (then vLLM cannot load it), read without loading it. Default: True (every micro visual family)."""
+        return True
+
+    @classmethod
     def default_benchmarks(cls) -> tuple[str, ...]:
         """What a run evaluates when ``eval.benchmarks`` is left at its default. Default: () = the config's own
         default."""

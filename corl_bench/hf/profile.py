@@ -137,6 +137,13 @@ class HFProfile(Profile):
         return takes_images(agent.family)
 
     @classmethod
+    def own_image_codec(cls, agent: Any) -> bool:
+        """Only a folder this project wrote (``corl_vision_codec.json``); a hub VLM has its own processor."""
+        from corl_bench.models.load import has_own_codec
+
+        return has_own_codec(agent.family)
+
+    @classmethod
     def check_benchmark(cls, name: str, spec: Any) -> None:
         """Any text benchmark spec (math, multiple choice, code) and this profile's generated suites
         (``arith-heldout``, ``arith-transfer``: :mod:`corl_bench.hf.arith`); the micro suites belong to the micro

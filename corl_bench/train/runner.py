@@ -183,16 +183,6 @@ def _takes_images(profile_cls: Any, agent: Any) -> bool | None:
     return profile_cls.takes_images(agent)
 
 
-def _own_codec(profile_cls: Any, agent: Any) -> bool:
-    """Whether a vision-language agent's model carries corl-bench's own image codec (every micro visual family; an
-    hf-profile folder this project wrote) rather than a Hugging Face processor."""
-    if profile_cls.name != "hf":
-        return True
-    from corl_bench.models.load import has_own_codec
-
-    return has_own_codec(agent.family)
-
-
 def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
     """What a model's kind rules out, refused before anything is loaded: a vision-language agent with an engine or a
     memory option that takes no images, a text agent with a benchmark that has images."""
@@ -202,7 +192,7 @@ def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
         if vision and not getattr(engine_cls, "supports_images", False):
             raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and agent {agent.name!r} "
                               f"({agent.family}) is a vision-language model; set rollout.backend=hf (or fast)")
-        if vision and cfg.rollout.backend == "vllm" and _own_codec(profile_cls, agent):
+        if vision and cfg.rollout.backend == "vllm" and profile_cls.own_image_codec(agent):
             raise ConfigError(f"rollout.backend=vllm takes Hugging Face VLMs with their own processor and agent "
                               f"{agent.name!r} ({agent.family}) is a corl-bench vision model that vLLM cannot load; "
                               "set rollout.backend=fast (or hf)")
