@@ -120,7 +120,7 @@ def check_available(spec: BenchmarkSpec, data_dir: str | Path | None = None, fie
 
 
 def _check_hub(spec: BenchmarkSpec, what: str, fix: str) -> None:
-    from corl_bench.hub import check_dataset
+    from corl_bench.hub_access import check_dataset
 
     check_dataset(str((spec.source.hub or {})["path"]), what, fix)
 
