@@ -84,7 +84,8 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
                 raise ConfigError(f"--resume {resume}: no config.yaml there; pass a run directory (results/runs/...)")
             config = config or RunDir(resume).config_path
         cfg = load_config(config, _overrides(method, cohort, seed, steps, output_dir, run_id, set_))
-        from corl_bench.train.runner import check_resumable, resolve, run as run_cell
+        from corl_bench.train.runner import resolve, run as run_cell
+        from corl_bench.train.resume import check_resumable
 
         resolve(cfg)  # fail fast, before torch is imported and before anything is written
         if resume is not None:
@@ -97,7 +98,7 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
         _fail(str(e))
     except Exception as e:
         from corl_bench.train.agent import NumericalError
-        from corl_bench.train.runner import ResourceError
+        from corl_bench.train.session import ResourceError
 
         if isinstance(e, (ResourceError, NumericalError)):
             _fail(str(e))

@@ -85,7 +85,7 @@ def test_an_images_tokens_are_counted_from_the_config_on_cpu(tmp_path) -> None:
     anyres layouts). A VLM's estimated step counts them in its prompt."""
     from corl_bench.models.hf_vlm import load_processor, ProcessorCodec
     from corl_bench.models.tiny_vlm import ARCHS, build, noise_image
-    from corl_bench.rollout.base import Request
+    from corl_bench.rollout.request import Request
 
     qwen = {"vision_config": {"patch_size": 14, "spatial_merge_size": 2}}
     assert fit.image_tokens(qwen) == 37 ** 2 and fit.image_tokens(qwen, processor={"max_pixels": 28 * 28 * 100}) == 100

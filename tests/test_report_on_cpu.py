@@ -161,7 +161,7 @@ def test_phase_step() -> None:
 
 
 def test_plot_gains_two_seeds(results: Path, tmp_path: Path) -> None:
-    from corl_bench.report.table import collect
+    from corl_bench.report.collect import collect
 
     rows, warnings = collect(results)
     assert any("ttrl-single-s0-broken" in w for w in warnings)

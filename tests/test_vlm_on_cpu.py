@@ -93,7 +93,8 @@ def test_a_padded_batch_decodes_as_each_prompt_alone_and_image_tokens_are_never_
 
 
 def test_engine_log_probs_equal_the_training_forward_pass_and_an_update_moves_the_vision_tower_on_cpu(vlm):
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     model, tok = vlm
     ag = Agent(AgentSpec("a0", "vtest"), _clone(model), tok, GRPOConfig(lr=1e-2))
@@ -119,7 +120,8 @@ def _clone(model):
 
 
 def test_micro_batched_and_chunked_updates_equal_the_whole_batch_update_with_images_on_cpu(vlm):
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     model, tok = vlm
     reqs = _requests(4)

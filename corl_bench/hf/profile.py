@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from corl_bench.config import ConfigError, ModelConfig
 from corl_bench.profile import Profile
-from corl_bench.rollout.base import Request
+from corl_bench.rollout.request import Request
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,7 @@
 
 ``resolve`` does every check that can fail *before* anything is written, so a bad method, cohort, option or field
 leaves ``results/`` untouched. :func:`run` reads as the list of stages; each is a function of
-:mod:`corl_bench.train.session` (and resuming, of :mod:`corl_bench.train.resume`, whose names this module
-re-exports).
+:mod:`corl_bench.train.session` (and resuming, of :mod:`corl_bench.train.resume`).
 """
 
 from __future__ import annotations
@@ -21,13 +20,8 @@ from corl_bench.profile import Profile, check_profile_class
 from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, EXTRACTORS, METHODS, PROFILES
 from corl_bench.registries import RegistryError
 from corl_bench import placement
-from corl_bench.train.resume import (RESUME_IGNORES, check_resumable, config_diff, find_interrupted,
-                                     restore_history as _history, stored_config)
-from corl_bench.train.session import ResourceError, build_agents, default_run_id
 
-__all__ = ["Plan", "RESUME_IGNORES", "ResourceError", "_history", "build_agents",
-           "check_resumable", "config_diff", "default_run_id", "find_interrupted", "prepare", "resolve", "run",
-           "stored_config"]
+__all__ = ["Plan", "prepare", "resolve", "run"]
 
 log = logging.getLogger(__name__)
 
