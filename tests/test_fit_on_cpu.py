@@ -307,6 +307,9 @@ def test_estimate_memory_prints_the_7b_cell_per_gpu_as_it_runs_on_cpu() -> None:
         assert row["ranks"] == 4 and row["full_copy"] == 0 and row["weights"] == round(arch.params * 4 / 4 / GB, 2)
         assert row["grads+adamw"] == round(arch.params * 12 / 4 / GB, 2) and row["engine"] == 0.3 * 80
         assert row["peak"] == row["rollout_peak"] > row["train_peak"]  # the engine sleeps through training
+    said = [f"{p:.1f}" for p in peaks.values()]  # the config's comment and the README say these, not older numbers
+    comment, readme = path.read_text(encoding="utf-8"), (REPO / "README.md").read_text(encoding="utf-8")
+    assert all(f"~{p}" in comment and f"**{p} GB**" in readme for p in said), said
 
 
 def test_unchunked_logits_cover_every_position_unless_the_prompt_is_shared():
