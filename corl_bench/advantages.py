@@ -1,5 +1,5 @@
 """Outcome advantage estimators: pure functions on torch tensors, shared by the GRPO core
-(:mod:`corl_bench.train.grpo`, which re-exports them) and the method contract (:mod:`corl_bench.method`, which calls
+(:mod:`corl_bench.train.grpo`) and the method contract (:mod:`corl_bench.method`, which calls
 :func:`whitened_advantages` on behalf of methods that shape their own advantages). Moved out of ``train.grpo`` in
 issue 23 so the method contract never imports training.
 

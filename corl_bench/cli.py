@@ -84,7 +84,8 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
                 raise ConfigError(f"--resume {resume}: no config.yaml there; pass a run directory (results/runs/...)")
             config = config or RunDir(resume).config_path
         cfg = load_config(config, _overrides(method, cohort, seed, steps, output_dir, run_id, set_))
-        from corl_bench.train.runner import check_resumable, resolve, run as run_cell
+        from corl_bench.train.runner import resolve, run as run_cell
+        from corl_bench.train.resume import check_resumable
 
         resolve(cfg)  # fail fast, before torch is imported and before anything is written
         if resume is not None:
@@ -97,7 +98,7 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
         _fail(str(e))
     except Exception as e:
         from corl_bench.train.agent import NumericalError
-        from corl_bench.train.runner import ResourceError
+        from corl_bench.train.session import ResourceError
 
         if isinstance(e, (ResourceError, NumericalError)):
             _fail(str(e))
@@ -317,8 +318,11 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
 
 
 @app.command("eval")
-def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent for one agent), a save_pretrained "
-                                        "folder, 'smol' or a micro family"),
+def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent for one agent); a model folder "
+                                        "(save_pretrained) or a hub id owner/name, optionally @revision (cached, "
+                                        "else downloaded first), of any causal LM or vision-language model (an "
+                                        "image-text-to-text checkpoint loads with its own processor); a model entry "
+                                        "(smol, gemma3-270m); or a micro family"),
           benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="comma list (corl-bench ls benchmarks)"),
           data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
           out: Optional[Path] = typer.Option(None, "--out", help="for a model: results dir (default results/evals/<name>)"),
@@ -339,7 +343,8 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
           max_image_side: int = typer.Option(0, "--max-image-side", help="image benchmarks: downscale images to "
                                              "this longer side first (the paper's VLM protocol: 1024); 0 = off"),
           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Evaluate models on benchmark specs; per-sample predictions are kept and a re-run skips what exists."""
+    """Evaluate language and vision-language models on benchmark specs; per-sample predictions are kept and a re-run
+    skips what exists. Image benchmarks (MathVision, MathVerse, MathVista, We-Math) need a vision-language model."""
     from corl_bench.eval.targets import run_eval
 
     _setup_logging(verbose)

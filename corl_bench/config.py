@@ -122,10 +122,6 @@ class ModelConfig:
                "for no cap or e.g. 1024")
 
 
-ANSWER_EXTRACTORS = ("qwen", "boxed", "flexible", "letter", "answer_tag", "boxed_abcd", "math_verify_number")
-"""the extractors of :data:`corl_bench.eval.scoring.EXTRACTORS` that read an answer (all but ``code``)"""
-
-
 @dataclass(frozen=True)
 class RolloutConfig:
     backend: str = "hf"
@@ -146,9 +142,10 @@ class RolloutConfig:
     engine_options: Mapping[str, Any] = field(default_factory=dict)
     """the engine's own keyword options, e.g. for vllm ``{sync: reload, gpu_memory_utilization: 0.3}``"""
     extractor: str = "qwen"
-    """how the answer every method votes on / is rewarded by is read from a rollout: ``qwen`` (last ``\\boxed{}``,
-    then "the answer is", then the last number), ``boxed``, ``flexible``, ``letter`` or ``answer_tag`` (the last
-    ``<answer>...</answer>``, no fallback: the paper's VLM training format)"""
+    """how the answer every method votes on / is rewarded by is read from a rollout: a registered answer extractor
+    (:data:`corl_bench.registries.EXTRACTORS`, checked at resolve time): ``qwen`` (last ``\\boxed{}``, then "the answer is", then
+    the last number), ``boxed``, ``flexible``, ``letter`` or ``answer_tag`` (the last ``<answer>...</answer>``, no
+    fallback: the paper's VLM training format), or a plugin's"""
 
     def __post_init__(self) -> None:
         _check(self.max_batch >= 0, f"rollout.max_batch must be >= 0 (got {self.max_batch}); set rollout.max_batch=0 "
@@ -161,8 +158,8 @@ class RolloutConfig:
         _positive("rollout", "temperature", self.temperature, "1.0")
         _check(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1] (got {self.top_p}); set rollout.top_p=1.0")
         _positive("rollout", "max_new_tokens", self.max_new_tokens, "40")
-        _check(self.extractor in ANSWER_EXTRACTORS, f"rollout.extractor must be one of "
-               f"{', '.join(ANSWER_EXTRACTORS)} (got {self.extractor!r}); set rollout.extractor=qwen")
+        _check(bool(self.extractor.strip()), "rollout.extractor is empty; set rollout.extractor=qwen (or another "
+               "registered answer extractor)")
 
 
 @dataclass(frozen=True)

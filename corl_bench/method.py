@@ -36,7 +36,8 @@ from corl_bench.config import PAPER_ROWS, AgentSpec, ConfigError
 from corl_bench.debate import DEBATE_TEMPLATE, Debate, DebateOptions, Turn, debate_prompt, run_debate, turn_advantages
 from corl_bench.grading.verifier import Vote, has_boxed, is_equivalent, plurality_vote
 from corl_bench.registries import METHODS
-from corl_bench.rollout.base import Completion, Request, prompt_text
+from corl_bench.rollout.base import Completion
+from corl_bench.rollout.request import Request, prompt_text
 
 __all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError",
            "Debate", "DebateOptions", "ExtraSample", "Generate", "Method", "NoOptions", "Request", "RewardInput",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, Sequence
 
-from corl_bench.rollout.base import Request
+from corl_bench.rollout.request import Request
 
 ProgressFn = Callable[[str, int, int], None]
 """``progress(model, done, total)`` while a profile prepares (builds, downloads) a model."""
@@ -93,6 +93,12 @@ class Profile:
         """Whether ``agent``'s model takes images, read without loading it (None: not known before it is
         downloaded). Default: :attr:`images`."""
         return cls.images
+
+    @classmethod
+    def own_image_codec(cls, agent: Any) -> bool:
+        """Whether a vision-language ``agent``'s model carries corl-bench's own image codec rather than a Hugging Face
+        processor (then vLLM cannot load it), read without loading it. Default: True (every micro visual family)."""
+        return True
 
     @classmethod
     def default_benchmarks(cls) -> tuple[str, ...]:
@@ -230,7 +236,7 @@ def asked_decoding(profile: Profile, spec: Any, decoding: Any, agent: Any) -> An
 def selection_benchmark(rule: str, profile_cls: type[Profile], benchmarks: Sequence[str]) -> str | None:
     """The benchmark a rule is decided on: the profile's dev split (dev, label-free), the first evaluated benchmark
     (test-oracle), None (final). Here, beside the profile contract, because validation of a profile's benchmarks
-    (``hf``) and training's selection (:mod:`corl_bench.train.select`, which re-exports it) both use it."""
+    (``hf``) and training's selection (:mod:`corl_bench.train.select`) both use it."""
     if rule in ("dev", "label-free"):
         return profile_cls.dev_benchmark()
     if rule == "test-oracle":

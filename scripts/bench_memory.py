@@ -46,7 +46,8 @@ def one(args: argparse.Namespace) -> dict:
     from corl_bench.models.load import load_model
     from corl_bench.rollout import Completion
     from corl_bench.train import grpo
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     t0 = time.perf_counter()

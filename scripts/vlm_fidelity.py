@@ -25,8 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     from corl_bench.models.load import load_model
     from corl_bench.models.tiny_vlm import ARCHS, build, noise_image
     from corl_bench.rollout import SamplingParams
-    from corl_bench.rollout.base import Request
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.rollout.request import Request
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("archs", nargs="*", default=list(ARCHS))

@@ -48,7 +48,7 @@ def tiny_qwen():
 def hub_answers(monkeypatch):
     """The Hugging Face hub counts as reachable and as holding every dataset: for tests that replace its loaders
     (``datasets.load_dataset``, the LiveCodeBench download) with stand-ins and check what is done with the rows."""
-    import corl_bench.hub as hub
+    import corl_bench.hub_access as hub_access
 
-    monkeypatch.setattr(hub, "unreachable_reason", lambda: "")
-    monkeypatch.setattr(hub, "_exists_on_hub", lambda repo: True)
+    monkeypatch.setattr(hub_access, "unreachable_reason", lambda: "")
+    monkeypatch.setattr(hub_access, "_exists_on_hub", lambda repo: True)

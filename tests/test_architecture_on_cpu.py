@@ -263,3 +263,37 @@ def test_no_import_cycle() -> None:
     assert not in_report, "import cycles in reporting: " + "; ".join(_loop(c) for c in in_report)
     unknown = [c for c in cycles if c not in KNOWN_CYCLES]
     assert not unknown, "import cycles: " + "; ".join(_loop(c) for c in unknown)
+
+
+#: Modules that re-export by design: the method contract (a method file imports only it), the rollout package's API,
+#: and config (its one-line errors live in corl_bench.errors, its YAML reader in corl_bench.typed_yaml).
+FACADES = {"corl_bench.method", "corl_bench.rollout", "corl_bench.config"}
+
+
+def _borrowed(module: str) -> set[str]:
+    """The names ``module`` takes at module level from another project module (``from corl_bench.x import y``)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom) and not node.level
+            and (node.module or "").startswith("corl_bench") for a in node.names}
+
+
+def test_every_name_has_one_import_path() -> None:
+    """No re-export shims (issue 38): a module's ``__all__`` lists only what it defines, and every import names the
+    module a name is defined in, not one that merely imports it (the facades in :data:`FACADES` aside)."""
+    borrowed = {m: _borrowed(m) for m in MODULES}
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if (module not in FACADES and isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)):
+                found += [f"{module}.__all__ re-exports {e.value}" for e in node.value.elts
+                          if isinstance(e, ast.Constant) and e.value in borrowed[module]]
+    files = [p for d in ("corl_bench", "trainers", "baselines", "scripts", "tests") for p in (REPO / d).rglob("*.py")]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in MODULES \
+                    and node.module not in FACADES:
+                found += [f"{path.relative_to(REPO)}:{node.lineno}: {a.name} from {node.module}, which imports it"
+                          for a in node.names if a.name in borrowed[node.module]]
+    assert not found, "\n".join(found)

@@ -250,3 +250,16 @@ def test_table_with_unknown_metric_exits_2(cli: dict[str, Result]) -> None:
     assert res.returncode == 2
     line = _error_line(res)
     assert "bogus" in line and "pass_k" in line
+
+
+def test_eval_help_says_it_takes_hub_ids_and_folders_of_any_vlm() -> None:
+    from typer.testing import CliRunner
+
+    from corl_bench.cli import app
+
+    res = CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    text = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 0, res.output
+    for said in ("hub id owner/name", "optionally @revision", "vision-language model", "its own processor",
+                 "a model entry (smol, gemma3-270m)", "micro family", "run directory"):
+        assert said in text, said

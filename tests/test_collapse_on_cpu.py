@@ -224,7 +224,7 @@ def _events_run(tmp_path):
 
 def test_readers_of_step_metrics_skip_event_rows_and_the_fingerprint_keeps_them(tmp_path):
     from corl_bench.report.plots import _load_metrics
-    from corl_bench.train.runner import _history
+    from corl_bench.train.resume import restore_history as _history
 
     rd, steps = _events_run(tmp_path)
     assert rd.metrics() == steps and not any(is_event(r) for r in rd.metrics())

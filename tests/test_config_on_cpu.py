@@ -506,7 +506,7 @@ def test_old_grpo_memory_keys_load_as_memory_keys_with_a_warning(tmp_path, caplo
 
 def test_a_run_directory_written_with_grpo_memory_keys_still_resumes(tmp_path):
     """An older run's config.yaml holds the memory knobs under grpo: it reads as the same config today."""
-    from corl_bench.train.runner import RESUME_IGNORES, config_diff, stored_config
+    from corl_bench.train.resume import RESUME_IGNORES, config_diff, stored_config
 
     cfg = load_config(None, ["memory.micro_batch=4", "memory.shared_prefix=true"])
     old = cfg.to_dict()

@@ -85,7 +85,7 @@ def test_training_changed_every_agents_parameters(e2e_run):
 def test_table_recomputes_the_run_from_its_predictions(e2e_run):
     from corl_bench.eval.metrics import score_predictions
     from corl_bench.results import read_jsonl
-    from corl_bench.report.table import collect
+    from corl_bench.report.collect import collect
 
     root, run_dir, _ = e2e_run
     rows, warnings = collect(root / "results")
@@ -118,7 +118,7 @@ def _registered_methods() -> list[str]:
 def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_run, method):
     from corl_bench.registries import METHODS
     from corl_bench.train.runner import run
-    from corl_bench.report.table import collect
+    from corl_bench.report.collect import collect
 
     root, _, _ = e2e_run
     n_agents = METHODS.get(method).min_agents
@@ -142,7 +142,7 @@ def test_corl_bench_eval_scores_a_runs_agents_on_a_data_benchmark_and_the_table_
     import json as _json
 
     from corl_bench.eval.targets import run_eval
-    from corl_bench.report.table import collect
+    from corl_bench.report.collect import collect
 
     root, run_dir, _ = e2e_run
     data = tmp_path / "data" / "gsm8k"

@@ -26,7 +26,7 @@ from corl_bench.results import append_jsonl
 def old_predict(agent: Any, items: Sequence[Any], cfg: EvalConfig, *, benchmark: str, version: str, seed: int,
                 progress=None) -> list[dict[str, Any]]:
     """The in-run evaluation before the unification (``corl_bench/evaluation.py: predict``), verbatim."""
-    from corl_bench.eval.verifier import grade
+    from corl_bench.grading.verifier import grade
     from corl_bench.rollout import SamplingParams
 
     if cfg.max_problems:
@@ -174,7 +174,7 @@ def test_eval_manifest_refuses_predictions_of_another_seed_rule_seed_or_chunk(tm
 def test_the_micro_specs_grading_is_the_verifiers(completion, gold):
     """In-run rows used to be graded with ``verifier.grade``; now with the spec (qwen extractor, math grader)."""
     from corl_bench.eval.scoring import grade_text
-    from corl_bench.eval.verifier import grade
+    from corl_bench.grading.verifier import grade
 
     spec = get_spec("micro-test")
     assert json.dumps(grade_text(completion, gold, spec.extractor, spec.grader)) == json.dumps(grade(completion, gold))

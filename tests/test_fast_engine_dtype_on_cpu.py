@@ -11,7 +11,8 @@ import torch
 
 from corl_bench.config import AgentSpec, GRPOConfig, load_config
 from corl_bench.rollout import SamplingParams, make_engine
-from corl_bench.train.agent import Agent, TrainSample
+from corl_bench.train.agent import Agent
+from corl_bench.train.boundary import TrainSample
 from corl_bench.train.boundary import POLICY
 
 PROMPTS = ["Ava has 12 coins.\n", "7+", "Tom has 40 apples.\n"]

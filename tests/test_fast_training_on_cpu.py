@@ -13,7 +13,8 @@ import torch
 from corl_bench.config import MOVED_TO_MEMORY, AgentSpec, ConfigError, GRPOConfig, MemoryConfig, load_config
 from corl_bench.rollout import Request, SamplingParams
 from corl_bench.train import prefix
-from corl_bench.train.agent import Agent, TrainSample
+from corl_bench.train.agent import Agent
+from corl_bench.train.boundary import TrainSample
 from tests.conftest import build_tiny
 
 PROMPTS = ["Ava has 12 coins.\n", "Tom has 40 apples. He eats 3 and finds 9. How many apples now?\n", "7+"]

@@ -85,7 +85,7 @@ def test_an_images_tokens_are_counted_from_the_config_on_cpu(tmp_path) -> None:
     anyres layouts). A VLM's estimated step counts them in its prompt."""
     from corl_bench.models.hf_vlm import load_processor, ProcessorCodec
     from corl_bench.models.tiny_vlm import ARCHS, build, noise_image
-    from corl_bench.rollout.base import Request
+    from corl_bench.rollout.request import Request
 
     qwen = {"vision_config": {"patch_size": 14, "spatial_merge_size": 2}}
     assert fit.image_tokens(qwen) == 37 ** 2 and fit.image_tokens(qwen, processor={"max_pixels": 28 * 28 * 100}) == 100
@@ -307,6 +307,9 @@ def test_estimate_memory_prints_the_7b_cell_per_gpu_as_it_runs_on_cpu() -> None:
         assert row["ranks"] == 4 and row["full_copy"] == 0 and row["weights"] == round(arch.params * 4 / 4 / GB, 2)
         assert row["grads+adamw"] == round(arch.params * 12 / 4 / GB, 2) and row["engine"] == 0.3 * 80
         assert row["peak"] == row["rollout_peak"] > row["train_peak"]  # the engine sleeps through training
+    said = [f"{p:.1f}" for p in peaks.values()]  # the config's comment and the README say these, not older numbers
+    comment, readme = path.read_text(encoding="utf-8"), (REPO / "README.md").read_text(encoding="utf-8")
+    assert all(f"~{p}" in comment and f"**{p} GB**" in readme for p in said), said
 
 
 def test_unchunked_logits_cover_every_position_unless_the_prompt_is_shared():

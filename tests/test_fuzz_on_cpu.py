@@ -17,7 +17,7 @@ import dataclasses
 
 from corl_bench.config import Config, ConfigError, config_from_dict, load_config
 from corl_bench.eval.data import load_rows
-from corl_bench.eval.verifier import extract_normalized, grade, is_equivalent, plurality_vote
+from corl_bench.grading.verifier import extract_normalized, grade, is_equivalent, plurality_vote
 
 CASES = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                           HealthCheck.function_scoped_fixture])

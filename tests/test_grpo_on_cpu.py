@@ -8,20 +8,10 @@ import pytest
 import torch
 
 from corl_bench.train import grpo
-from corl_bench.train.grpo import (
-    LOSS_AGG_ALIASES,
-    LOSS_AGG_MODES,
-    aggregate,
-    entropy_from_logits,
-    group_advantages,
-    grpo_loss,
-    kl_k3,
-    logprobs_from_logits,
-    policy_loss,
-    resolve_loss_agg,
-    token_advantages,
-    zero_std_fraction,
-)
+from corl_bench.train.grpo import (aggregate, entropy_from_logits, grpo_loss, kl_k3, logprobs_from_logits, policy_loss,
+                                   token_advantages, zero_std_fraction)
+from corl_bench.config import LOSS_AGG_ALIASES, LOSS_AGG_MODES, resolve_loss_agg
+from corl_bench.advantages import group_advantages
 
 TOL = 1e-4
 LN15 = 0.4054651081  # ln 1.5
@@ -399,7 +389,7 @@ def test_invalid_mode_raises_with_valid_names():
 
 
 def test_module_is_pure():
-    assert grpo.LOSS_AGG_MODES == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+    assert LOSS_AGG_MODES == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
     r = t([[1, 0, 0, 1]])
     before = r.clone()
     group_advantages(r)

@@ -326,7 +326,7 @@ def test_an_uncached_hub_id_is_accepted_with_a_warning_and_a_failed_download_wri
         raise OSError("Name or service not known")
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", unreachable)
-    monkeypatch.setattr("corl_bench.hub.unreachable_reason", lambda: "")  # the hub answers; the download fails
+    monkeypatch.setattr("corl_bench.hub_access.unreachable_reason", lambda: "")  # the hub answers; the download fails
     models._WARNED.discard("acme/not-cached")
     out = tmp_path / "runs"
     cfg = load_config(None, ["method.name=gt-reward", "model.profile=hf", f"run.output_dir={out}",
@@ -341,7 +341,7 @@ def test_an_uncached_hub_id_is_accepted_with_a_warning_and_a_failed_download_wri
     msg = one_line(e.value)
     assert "could not be downloaded" in msg and "hf download acme/not-cached" in msg
     assert not out.exists() or not any(out.iterdir())
-    monkeypatch.setattr("corl_bench.hub.unreachable_reason", lambda: "gaierror: no such host")
+    monkeypatch.setattr("corl_bench.hub_access.unreachable_reason", lambda: "gaierror: no such host")
     with pytest.raises(ConfigError) as e:  # a hub that does not answer: validation refuses at once, in one line
         resolve(cfg)
     assert "the hub is not reachable (gaierror: no such host)" in one_line(e.value)

@@ -21,7 +21,8 @@ from corl_bench.eval import livecodebench as lcb
 from corl_bench.eval.items import build_items
 from corl_bench.eval.specs import get_spec, parse_spec
 from corl_bench.config import ConfigError
-from corl_bench.eval.data import gpqa_rows, load_rows, prepare
+from corl_bench.eval.data import load_rows, prepare
+from corl_bench.eval.gpqa import gpqa_rows
 from corl_bench.eval.livecodebench import RELEASE_FILES, decode_private
 from tests.conftest import SHARED_DATA
 

@@ -20,8 +20,8 @@ PARAMS = SamplingParams(n=4, temperature=1.0, max_new_tokens=8, seed=3)
 
 
 def _step(agent):
-    from corl_bench.train.agent import TrainSample
-    from corl_bench.rollout.base import Request
+    from corl_bench.train.boundary import TrainSample
+    from corl_bench.rollout.request import Request
 
     comps = agent.generate(PROMPTS, PARAMS)
     agent.score([TrainSample(Request(text=p), c) for p, row in zip(PROMPTS, comps) for c in row])

@@ -16,7 +16,8 @@ import torch
 from corl_bench.config import AgentSpec, ConfigError, load_config
 from corl_bench.rollout import Completion, SamplingParams
 from corl_bench.train import grpo
-from corl_bench.train.agent import Agent, TrainSample
+from corl_bench.train.agent import Agent
+from corl_bench.train.boundary import TrainSample
 from tests.conftest import build_tiny
 
 FAMILIES = ("qwen2-bpe", "llama-bpe", "neox-bpe")
@@ -336,7 +337,7 @@ def test_an_agent_may_set_its_own_learning_rate():
 
 def test_lora_ema_teacher_follows_the_merged_policy():
     from corl_bench.method import AuxiliaryModel
-    from corl_bench.train.memory import merged_state_dict
+    from corl_bench.models.lora import merged_state_dict
 
     model, tok = build_tiny("qwen2-bpe")
     agent = _agent(model, tok, "memory.lora_rank=4", aux=(AuxiliaryModel("teacher", generates=True),))

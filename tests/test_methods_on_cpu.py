@@ -210,7 +210,7 @@ def test_co_rewarding_ii_refuses_to_run_without_teacher_rollouts():
 # ----------------------------------------------------------------------------------------------- CoMAS
 import torch  # noqa: E402
 
-from corl_bench.train.grpo import whitened_advantages  # noqa: E402
+from corl_bench.advantages import whitened_advantages  # noqa: E402
 from corl_bench.rollout import Completion  # noqa: E402
 
 

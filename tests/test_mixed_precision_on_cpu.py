@@ -14,7 +14,8 @@ import torch
 
 from corl_bench.config import AgentSpec, ConfigError, load_config
 from corl_bench.rollout import Completion
-from corl_bench.train.agent import Agent, TrainSample
+from corl_bench.train.agent import Agent
+from corl_bench.train.boundary import TrainSample
 from tests.conftest import build_tiny
 
 

@@ -19,7 +19,8 @@ from corl_bench.eval.evaluator import evaluate, request_for
 from corl_bench.eval.items import build_items
 from corl_bench.eval.specs import get_spec, parse_spec
 from corl_bench.eval.wemath import four_dimensional, from_rows
-from corl_bench.rollout.base import Completion, Request
+from corl_bench.rollout.base import Completion
+from corl_bench.rollout.request import Request
 from tests.conftest import SHARED_DATA
 
 pytestmark = pytest.mark.usefixtures("hub_answers")  # the hub's loaders are replaced by stand-ins here

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from corl_bench.eval.evaluator import row_grader
-from corl_bench.eval.scoring import (EXTRACTORS, GRADERS, extract_answer_tag, gold_index, grade_text,
-                                     mc_letter_or_value, option_letter)
+from corl_bench.eval.scoring import extract_answer_tag, gold_index, grade_text, mc_letter_or_value, option_letter
+from corl_bench.registries import EXTRACTORS, GRADERS
 from corl_bench.eval.specs import parse_spec
 
 OPTS = ["40°", "60°", "120°", "140°"]

@@ -13,7 +13,7 @@ import pytest
 from corl_bench.config import ConfigError
 from corl_bench.hf import data as hfdata
 from corl_bench.hf.profile import HFProfile
-from corl_bench.rollout.base import Request
+from corl_bench.rollout.request import Request
 
 pytestmark = pytest.mark.usefixtures("hub_answers")  # the hub's loaders are replaced by stand-ins here
 

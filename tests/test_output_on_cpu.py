@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from corl_bench import registries
 from corl_bench.eval.metrics import BenchmarkScores
 from corl_bench.record import RunRecord
 from corl_bench.train.progress import RunProgress, summary_table

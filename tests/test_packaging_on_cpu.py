@@ -17,8 +17,6 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 600
 

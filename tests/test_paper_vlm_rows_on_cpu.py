@@ -23,7 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from corl_bench.report import reference
-from corl_bench.report.layout import build, fmt_pct
+from corl_bench.report.layout import build
+from corl_bench.report.cells import fmt_pct
 from corl_bench.report.methods import describe
 from corl_bench.report.render import render_text, to_markdown
 from tests.vlm_fixtures import make_vlm_run

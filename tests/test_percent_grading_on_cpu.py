@@ -10,7 +10,7 @@ import pytest
 
 from corl_bench.eval.metrics import maj_at_k
 from corl_bench.eval.scoring import grade_text
-from corl_bench.eval.verifier import grade, is_correct, is_equivalent, percent_equivalent
+from corl_bench.grading.verifier import grade, is_correct, is_equivalent, percent_equivalent
 
 # (completion, gold, correct under evaluation grading, reason)
 CASES: list[tuple[str, str, bool, str]] = [

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from corl_bench.config import AgentSpec, ConfigError, GRPOConfig, load_config
-from corl_bench.rollout.base import Request, SamplingParams
+from corl_bench.rollout.base import SamplingParams
+from corl_bench.rollout.request import Request
 from corl_bench import placement
 
 AGENTS = "[{name: a0, family: tiny-qwen2-bpe}, {name: a1, family: tiny-llama-bpe, seed_offset: 1}]"
@@ -139,7 +140,7 @@ def _tiny_agent(**engine_options: Any):
 
 
 def _one_step(agent) -> None:
-    from corl_bench.train.agent import TrainSample
+    from corl_bench.train.boundary import TrainSample
 
     prompts = ["Q: 1+2=? A:", "Q: 3+4=? A:"]
     comps = agent.generate(prompts, SamplingParams(n=2, temperature=1.0, max_new_tokens=2, logprobs=False, seed=1))

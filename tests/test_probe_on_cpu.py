@@ -17,7 +17,7 @@ from corl_bench.config import ConfigError
 from corl_bench.report.controls import ensemble_majority
 from corl_bench.eval.metrics import maj_at_k
 from corl_bench.report.overlap import cohen_kappa, mean_overlap, outcomes_from_rows, overlap_of, pair_overlap, probe_pairs
-from corl_bench.eval.verifier import extract_normalized
+from corl_bench.grading.verifier import extract_normalized
 
 T, F = True, False
 

@@ -57,6 +57,7 @@ def test_the_defaults_of_the_base_class() -> None:
     assert m.missing(["x"]) == [] and m.prepare(["x"]) is None and m.decontaminate({}) is None
     assert m.rephraser() is None and m.stop_strings("fewshot") == () and Minimal.dev_benchmark() is None
     assert Minimal.default_benchmarks() == () and Minimal.takes_images(None) is False
+    assert Minimal.own_image_codec(None) is True
     assert Minimal.check_memory(None, None) == [] and Minimal.fill_defaults("cfg", None) == ("cfg", [])
     with pytest.raises(NotImplementedError, match="must implement load"):
         m.load("x")
@@ -90,6 +91,10 @@ def test_no_profile_name_in_the_core() -> None:
             if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
                     and id(node) not in allowed | docstrings):
                 found.append(f"{f.relative_to(PKG.parent)}:{node.lineno}: {node.value!r}")
+            if (isinstance(node, ast.Compare) and "profile" in ast.unparse(node.left).lower()
+                    and ast.unparse(node.left).endswith(".name")
+                    and any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in node.comparators)):
+                found.append(f"{f.relative_to(PKG.parent)}:{node.lineno}: {ast.unparse(node)} (ask the profile)")
     assert not found, "\n".join(found)
 
 

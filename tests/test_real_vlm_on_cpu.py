@@ -23,7 +23,7 @@ from corl_bench.models.hf_vlm import ProcessorCodec
 from corl_bench.models.images import codec_of
 from corl_bench.models.tiny_vlm import ARCHS, build, noise_image as image
 from corl_bench.rollout import SamplingParams, make_engine
-from corl_bench.rollout.base import Request
+from corl_bench.rollout.request import Request
 
 _CACHE: dict[str, tuple[Path, Any, Any]] = {}
 
@@ -103,7 +103,8 @@ def test_unexpanded_prompt_ids_expand_through_the_processor_to_the_prompt_ids_on
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_engine_log_probs_equal_the_training_forward_and_freeze_vision_keeps_the_tower_on_cpu(loaded, arch):
     from corl_bench.models.hf_vlm import VISION_TOWERS
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     _, model, tok = loaded(arch)
     reqs = requests(tok, 2)  # two image sizes in one padded batch
@@ -166,7 +167,8 @@ def test_memory_options_train_with_images_on_cpu(loaded, memory):
     """Gradient checkpointing, LoRA, micro-batches, chunked logits and the shared prefix take images: the same
     log-probs as the engine, one update that changes what it should (LoRA: the adapters only)."""
     from corl_bench.config import MemoryConfig
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     if "lora_rank" in memory:
         pytest.importorskip("peft")
@@ -191,7 +193,8 @@ def test_memory_options_train_with_images_on_cpu(loaded, memory):
 def test_the_fast_engine_takes_images_with_one_shared_prefill_on_cpu(loaded, arch):
     """The fast engine's greedy tokens equal the hf engine's, and its sampled log-probs equal the training forward
     pass (Qwen's multimodal rotary positions advanced per token; k samples sharing one prefill of the image)."""
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     _, model, tok = loaded(arch)
     reqs = requests(tok, 3)
@@ -214,7 +217,8 @@ def test_engines_never_sample_image_layout_tokens_even_when_the_model_prefers_th
     """A completion holding an image token would no longer match its images in the training forward pass: with the
     LM head pushed towards the image-layout tokens, greedy and sampled rollouts still hold none of them, and the
     reported log-probs are the raw ones (those of the training forward pass)."""
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     _, model, tok = loaded(arch)
     layout = list(codec_of(tok).layout_ids)
@@ -284,7 +288,8 @@ def test_chunked_and_micro_batched_updates_equal_the_plain_one_with_images_on_cp
     and the shared prefix (one pass over each prompt and its image for its samples; Qwen's rotary positions
     continued from the prompt's last): the memory options change what is held at once, not the update."""
     from corl_bench.config import MemoryConfig
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     _, model, tok = loaded(arch)
     reqs = requests(tok, 2)

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from corl_bench.cli import app
 from corl_bench.report import kinds, reference
-from corl_bench.report.layout import VLM, PaperTable, build, paper_table
+from corl_bench.report.layout import build, paper_table
+from corl_bench.report.cells import VLM, PaperTable
 from corl_bench.report.methods import describe
 from corl_bench.report.render import render_text, to_markdown
 from corl_bench.report.table import main

@@ -136,7 +136,8 @@ def test_same_config_finds_and_resumes_the_interrupted_run(root, reference, monk
 
 
 def test_resuming_with_a_changed_config_is_refused_naming_the_change(root, monkeypatch):
-    from corl_bench.train.runner import check_resumable, run
+    from corl_bench.train.runner import run
+    from corl_bench.train.resume import check_resumable
 
     run_dir = interrupted_run(root, "changed", monkeypatch, at_step=2)
     changed = config(root, "changed", **{"grpo.lr": "5e-4", "run.steps": 6})
@@ -190,7 +191,8 @@ def test_disk_full_gives_a_message_and_the_run_resumes_after(root, reference, mo
     import errno
 
     import corl_bench.train.trainer as trainer_mod
-    from corl_bench.train.runner import ResourceError, run
+    from corl_bench.train.runner import run
+    from corl_bench.train.session import ResourceError
 
     original = trainer_mod.append_jsonl
     calls = {"n": 0}
@@ -213,7 +215,8 @@ def test_disk_full_gives_a_message_and_the_run_resumes_after(root, reference, mo
 
 def test_out_of_memory_during_generation_names_the_knobs_and_resumes(root, reference, monkeypatch):
     from corl_bench.train.agent import Agent
-    from corl_bench.train.runner import ResourceError, run
+    from corl_bench.train.runner import run
+    from corl_bench.train.session import ResourceError
 
     original = Agent.generate
     calls = {"n": 0}
@@ -281,7 +284,7 @@ def test_a_run_written_before_a_config_field_existed_still_resumes(tmp_path):
     import yaml
 
     from corl_bench.config import load_config
-    from corl_bench.train.runner import check_resumable, config_diff, stored_config
+    from corl_bench.train.resume import check_resumable, config_diff, stored_config
 
     cfg = load_config(None, ["run.steps=3"])
     old = cfg.to_dict()
@@ -308,7 +311,8 @@ def test_a_run_started_before_cohorts_named_their_paper_row_still_resumes(tmp_pa
     import yaml
 
     from corl_bench.config import load_config
-    from corl_bench.train.runner import check_resumable, find_interrupted, resolve
+    from corl_bench.train.runner import resolve
+    from corl_bench.train.resume import check_resumable, find_interrupted
 
     cfg = resolve(load_config(None, ["run.steps=3", f"run.output_dir={tmp_path}"])).config
     assert cfg.cohort.name == "cross-family" and cfg.cohort.paper_row == "different-family"

@@ -105,7 +105,7 @@ def test_the_builtin_extractors_and_graders_are_lazy_and_unknown_names_are_one_l
     assert {"math", "exact", "letter", "tests", "mc_letter_or_value", "rel_tol_5pct"} <= set(GRADERS.names())
     code = ("import sys, corl_bench.registries as r\n"
             "r.EXTRACTORS.names(), r.GRADERS.names(), r.CONVERTERS.names(), r.BENCHMARKS.names()\n"
-            "loaded = [m for m in ('corl_bench.eval.scoring', 'corl_bench.eval.verifier', 'corl_bench.grading.verifier',"
+            "loaded = [m for m in ('corl_bench.eval.scoring', 'corl_bench.grading.verifier',"
             " 'corl_bench.eval.data', 'corl_bench.eval.science', 'math_verify',"
             " 'torch') if m in sys.modules]\n"
             "assert not loaded, loaded\n")

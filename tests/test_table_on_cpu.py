@@ -19,8 +19,10 @@ from typer.testing import CliRunner
 
 from corl_bench.report import reference, table
 from corl_bench.cli import app
-from corl_bench.report.table import Row, collect, find_runs, main
-from corl_bench.report.layout import PaperTable, build
+from corl_bench.report.table import main
+from corl_bench.report.collect import Row, collect, find_runs
+from corl_bench.report.layout import build
+from corl_bench.report.cells import PaperTable
 from corl_bench.report.methods import ANY, row_labels
 from corl_bench.report.render import render_text, to_csv, to_html, to_latex, to_markdown, to_rich
 from tests.table_fixtures import AGENTS, DECODING, L, Q, T, build_results, build_world, make_run, make_world_run
@@ -295,7 +297,8 @@ def test_a_method_uninstalled_after_its_runs_is_shown_by_name_and_not_ranked(tmp
 
 
 def test_ties_are_compared_at_display_precision(tmp_path: Path) -> None:
-    from corl_bench.report.layout import Stat, TableRow, _marks
+    from corl_bench.report.layout import _marks
+    from corl_bench.report.cells import Stat, TableRow
 
     def row(label: str, mean: float) -> TableRow:
         return TableRow(label, "label-free", label, "m", (), "", "", "f", (0,), ("r",), (Stat(mean, None, 1),), None)

@@ -56,7 +56,8 @@ def tracked_run(tmp_path_factory):
 def expected(run_dir: Path) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
     """From the run's own files: {(tag, step): value} of the metrics rows and of the evaluation points."""
     from corl_bench.eval.evaluator import load_scores
-    from corl_bench.train.trackers import eval_scalars, phase_step, step_scalars
+    from corl_bench.train.trackers import eval_scalars, step_scalars
+    from corl_bench.results import phase_step
 
     steps = {}
     for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()):
@@ -186,7 +187,7 @@ def test_wandb_tracker_init_arguments_and_logged_values(tmp_path, monkeypatch, c
 
 
 def test_phase_steps():
-    from corl_bench.train.trackers import phase_step
+    from corl_bench.results import phase_step
 
     assert [phase_step(p, 50) for p in ("base", "step-000020", "final")] == [0, 20, 50]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from corl_bench.train.agent import Agent, SampleStats, TrainSample, UpdateStats
+from corl_bench.train.agent import Agent
+from corl_bench.train.boundary import SampleStats, TrainSample, UpdateStats
 from corl_bench.config import AgentSpec, load_config
 from corl_bench.micro.tasks import problem_stream
 from corl_bench.micro.warmstart import render_prompt
@@ -100,7 +101,7 @@ def test_real_agent_is_rewarded_only_by_its_planted_peer(real_agent):
     own = batch.rollouts["a0"].answers
     assert out["a0"].rewards == [[1.0 if a == "42" else 0.0 for a in row[:4]] for row in own]
     # and the planted peer is rewarded by the real agent's votes, not by anything else
-    from corl_bench.eval.verifier import plurality_vote
+    from corl_bench.grading.verifier import plurality_vote
 
     assert out["a1"].pseudo_labels == [plurality_vote(row).label for row in own]
 

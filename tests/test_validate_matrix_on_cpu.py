@@ -89,7 +89,8 @@ def test_every_config_validate_accepts_builds_its_agents_and_every_refused_one_w
     from corl_bench.eval.specs import get_spec
     from corl_bench.registries import PROFILES as PROFILE_REGISTRY
     from corl_bench.rollout.base import SamplingParams
-    from corl_bench.train.runner import build_agents, resolve, run
+    from corl_bench.train.runner import resolve, run
+    from corl_bench.train.session import build_agents
 
     from transformers.utils import logging as hf_logging
 

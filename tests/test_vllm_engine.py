@@ -150,7 +150,7 @@ def test_greedy_is_trainer_argmax(agent):
 def test_update_reaches_engine(agent):
     """A real GRPO update (Agent.score + Agent.update -> sync_weights): log-probs follow, sampling changes."""
     from corl_bench.rollout.vllm import ROUTES
-    from corl_bench.train.agent import TrainSample
+    from corl_bench.train.boundary import TrainSample
 
     params = SamplingParams(n=4, temperature=T, max_new_tokens=10, seed=11)
     before = agent.generate(PROMPTS, params)
@@ -224,7 +224,8 @@ def test_timeshare_engine_sleeps_while_training_and_wakes_with_the_new_weights(e
     """``run.placement=timeshare`` (``sleep_level`` 1): the engine sleeps through the update, the sync wakes it with
     the new weights; the next update's engine-vs-trainer log-prob gap is the trainer's (< TOL). On a CPU vLLM's
     sleep pauses its scheduler (no memory is freed): generating while asleep would never return."""
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     model, tok = _tiny(seed=1)
     agent = Agent(AgentSpec(name="ts", family="qwen2-bpe"), model, tok, GRPOConfig(lr=3e-2), backend="vllm",
@@ -274,7 +275,8 @@ def test_images_reach_vllm_as_multimodal_inputs(env, tmp_path):
     from corl_bench.models import tiny_vlm
     from corl_bench.models.images import codec_of
     from corl_bench.models.load import load_model
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     with mock.patch.dict(tiny_vlm.TEXT, num_attention_heads=2):  # head size 32: vLLM's CPU attention needs >= 32
         folder = tiny_vlm.build("qwen2.5-vl", tmp_path / "vlm", seed=0)

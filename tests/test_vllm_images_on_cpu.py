@@ -17,7 +17,8 @@ import pytest
 
 from corl_bench.models.images import codec_of
 from corl_bench.models.tiny_vlm import build, noise_image
-from corl_bench.rollout.base import Request, SamplingParams
+from corl_bench.rollout.base import SamplingParams
+from corl_bench.rollout.request import Request
 
 
 class _FakeLLM:

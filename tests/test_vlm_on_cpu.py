@@ -93,7 +93,8 @@ def test_a_padded_batch_decodes_as_each_prompt_alone_and_image_tokens_are_never_
 
 
 def test_engine_log_probs_equal_the_training_forward_pass_and_an_update_moves_the_vision_tower_on_cpu(vlm):
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     model, tok = vlm
     ag = Agent(AgentSpec("a0", "vtest"), _clone(model), tok, GRPOConfig(lr=1e-2))
@@ -119,7 +120,8 @@ def _clone(model):
 
 
 def test_micro_batched_and_chunked_updates_equal_the_whole_batch_update_with_images_on_cpu(vlm):
-    from corl_bench.train.agent import Agent, TrainSample
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.boundary import TrainSample
 
     model, tok = vlm
     reqs = _requests(4)
@@ -164,18 +166,22 @@ def test_a_saved_vlm_reloads_with_its_codec_to_the_same_logits_on_cpu(vlm, tmp_p
 
 
 def test_rollout_extractor_answer_tag_reads_the_paper_vlm_format_for_every_method_on_cpu():
-    from corl_bench.config import ANSWER_EXTRACTORS, ConfigError, RolloutConfig
-    from corl_bench.eval.scoring import EXTRACTORS
+    from corl_bench.config import ConfigError, RolloutConfig, load_config
+    from corl_bench.registries import EXTRACTORS
     from corl_bench.rollout import Completion
+    from corl_bench.train.runner import resolve
     from corl_bench.train.trainer import _rollouts
 
-    assert set(ANSWER_EXTRACTORS) == set(EXTRACTORS.names()) - {"code"}
     rows = [[Completion((1,), (), "count <answer>3</answer>", True), Completion((1,), (), "\\boxed{4}", True)]]
     assert _rollouts("a0", rows).answers == [["3", "4"]]  # the default: last number / boxed
     tagged = _rollouts("a0", rows, EXTRACTORS.get(RolloutConfig(extractor="answer_tag").extractor))
     assert tagged.answers == [["3", None]]  # no <answer> tag: no answer, no fallback
-    with pytest.raises(ConfigError, match="rollout.extractor=qwen"):
-        RolloutConfig(extractor="code")
+    for name in [e for e in EXTRACTORS.names() if e != "code"]:  # the valid set is the registry's
+        assert resolve(load_config(None, [f"rollout.extractor={name}"])).config.rollout.extractor == name
+    for bad in ("code", "nope"):  # code reads a program, not an answer; an unknown name is one line naming the known
+        with pytest.raises(ConfigError, match=r"not a registered answer extractor \(known: answer_tag, boxed.*"
+                                              r"set rollout.extractor=qwen"):
+            resolve(load_config(None, [f"rollout.extractor={bad}"]))
 
 
 def test_the_probe_asks_micro_visual_items_with_their_scene_on_cpu():

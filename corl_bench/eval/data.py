@@ -42,12 +42,11 @@ from typing import Any, Iterable, Sequence
 
 from corl_bench.config import ConfigError
 from corl_bench.eval.converters import converter_for
-from corl_bench.eval.gpqa import GPQA_REPO, gpqa_rows  # re-exported: the gpqa converter's row conversion
 from corl_bench.eval.specs import BenchmarkSpec
-from corl_bench.results import sha256  # re-exported: the file hash moved to results I/O (issue 23)
+from corl_bench.results import sha256
 
-__all__ = ["CHECKSUMS", "DATA_ENV", "GPQA_REPO", "check_available", "data_dirs", "frozen_file", "gpqa_rows", "load_rows",
-           "locate", "prepare", "read_jsonl", "sha256"]
+__all__ = ["CHECKSUMS", "DATA_ENV", "check_available", "data_dirs", "frozen_file", "load_rows", "locate", "prepare",
+           "read_jsonl"]
 
 log = logging.getLogger(__name__)
 DATA_ENV = "CORL_BENCH_DATA"
@@ -120,7 +119,7 @@ def check_available(spec: BenchmarkSpec, data_dir: str | Path | None = None, fie
 
 
 def _check_hub(spec: BenchmarkSpec, what: str, fix: str) -> None:
-    from corl_bench.hub import check_dataset
+    from corl_bench.hub_access import check_dataset
 
     check_dataset(str((spec.source.hub or {})["path"]), what, fix)
 

@@ -95,7 +95,7 @@ def request_for(spec: BenchmarkSpec, item: Any, tokenizer: Any = None) -> Any:
     images = tuple(getattr(item, "images", ()) or ())
     if not images:
         return text
-    from corl_bench.rollout.base import Request
+    from corl_bench.rollout.request import Request
 
     return Request(text=text, images=images)
 

@@ -25,9 +25,9 @@ not here) and ``mc_letter_or_value`` (the multimodal benchmarks' multiple-choice
 also receives the item's option texts, ``choices``, which prediction rows store so that ``corl-bench table`` re-grades
 them; graders in :data:`USES_CHOICES`, or with an attribute ``uses_choices = True``, get them from :func:`grade_text`).
 
-Both are :class:`corl_bench.registries.Registry` objects (:data:`EXTRACTORS`, :data:`GRADERS`, re-exported here from
-:mod:`corl_bench.registries`): the built-ins above are registered lazily by name, and a package adds its own through
-the entry-point groups ``corl_bench.extractors`` / ``corl_bench.graders``::
+Both are :class:`corl_bench.registries.Registry` objects (:data:`~corl_bench.registries.EXTRACTORS`,
+:data:`~corl_bench.registries.GRADERS`): the built-ins above are registered lazily by name, and a package adds its own
+through the entry-point groups ``corl_bench.extractors`` / ``corl_bench.graders``::
 
     [project.entry-points."corl_bench.graders"]
     my_grader = "my_pkg.grading:my_grader"      # (answer, gold) -> bool
@@ -41,12 +41,11 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from corl_bench.grading.verifier import _extract_boxed, extract_normalized, is_correct, normalize_answer
+from corl_bench.grading.verifier import _extract_boxed, is_correct, normalize_answer
 from corl_bench.registries import EXTRACTORS, GRADERS
 
-__all__ = ["EXTRACTORS", "GRADERS", "LETTERS", "USES_CHOICES", "answer_tag_content", "extract_answer_tag",
-           "extract_boxed", "extract_code", "extract_flexible", "extract_letter", "extract_normalized", "gold_index",
-           "grade_text", "is_correct", "mc_letter_or_value", "option_letter"]
+__all__ = ["LETTERS", "USES_CHOICES", "answer_tag_content", "extract_answer_tag", "extract_boxed", "extract_code",
+           "extract_flexible", "extract_letter", "gold_index", "grade_text", "mc_letter_or_value", "option_letter"]
 
 _NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 _LETTER_BOX = re.compile(r"\\boxed\s*\{\s*(?:\\text\{)?\s*\(?([A-Ja-j])\)?\s*\}?\s*\}")

@@ -212,7 +212,7 @@ def check_source(spec: str, data_dir: str | Path | None = None) -> Source:
                         f"installed; set data.data_dir=DIR (or $CORL_BENCH_DATA) with {local}, or pip install "
                         "datasets")
         return source
-    from corl_bench.hub import check_dataset
+    from corl_bench.hub_access import check_dataset
 
     repo = str((source.named.hub if source.named else source.hub or {})["path"])
     check_dataset(repo, f"data.train={source.name} ({searched})", f"set data.data_dir=DIR (or $CORL_BENCH_DATA) "
@@ -240,7 +240,7 @@ def _local_hint(source: Source) -> str:
 def _hub_rows(source: Source) -> list[dict[str, Any]]:
     args = dict(source.named.hub if source.named else source.hub or {})
     local = _local_hint(source)
-    from corl_bench.hub import check_dataset
+    from corl_bench.hub_access import check_dataset
 
     check_dataset(str(args["path"]), f"data.train={source.name}", f"set data.data_dir=DIR (or $CORL_BENCH_DATA) "
                   f"with {local}")

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from corl_bench.config import ConfigError, ModelConfig
 from corl_bench.profile import Profile
-from corl_bench.rollout.base import Request
+from corl_bench.rollout.request import Request
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,13 @@ class HFProfile(Profile):
         from corl_bench.models.load import takes_images
 
         return takes_images(agent.family)
+
+    @classmethod
+    def own_image_codec(cls, agent: Any) -> bool:
+        """Only a folder this project wrote (``corl_vision_codec.json``); a hub VLM has its own processor."""
+        from corl_bench.models.load import has_own_codec
+
+        return has_own_codec(agent.family)
 
     @classmethod
     def check_benchmark(cls, name: str, spec: Any) -> None:

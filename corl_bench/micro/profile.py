@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from corl_bench.config import ConfigError, ModelConfig
-from corl_bench.rollout.base import Request
+from corl_bench.rollout.request import Request
 from corl_bench.micro.families import Family
 from corl_bench.micro.tasks import SUITE_VERSION, Problem, problem_stream, test_suite
 from corl_bench.micro.warmstart import render_prompt
 from corl_bench.models.load import check_creatable as _check_creatable
-from corl_bench.models.load import default_cache_root  # re-exported: moved to the model layer (issue 23)
+from corl_bench.models.load import default_cache_root
 from corl_bench.profile import Profile
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from corl_bench.micro.warmstart import render_prompt, right_padded, supervised_l
 
 def request(problem: Any, view: str = "original") -> Any:
     """The request a micro visual problem makes: its question in ``view`` and its image."""
-    from corl_bench.rollout.base import Request
+    from corl_bench.rollout.request import Request
 
     return Request(text=render_prompt(problem.text(view)), images=(problem.image(),))
 

@@ -1,7 +1,7 @@
 """Models from the Hugging Face hub: the local cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or
 ``~/.cache/huggingface/hub``) and the one download of a hub id that is not cached (:func:`fetch_hub`, before a run
 writes anything, never with ``HF_HUB_OFFLINE``). Moved from ``corl_bench.eval.models`` (issue 23); whether the hub
-answers at all is :mod:`corl_bench.hub`.
+answers at all is :mod:`corl_bench.hub_access`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def check_hub(ref: str) -> None:
                             f"HF_HUB_OFFLINE is set: fetch it where the hub is reachable (hf download "
                             f"{ref.partition('@')[0]}) and copy the cache here, or pass a local folder")
             return
-        from corl_bench.hub import unreachable_reason
+        from corl_bench.hub_access import unreachable_reason
 
         reason = unreachable_reason()
         if reason:

@@ -1,5 +1,5 @@
 """Models to evaluate or train, by reference: a named entry, a checkpoint folder, a hub id, or a micro family
-(moved from ``corl_bench.eval.models``, issue 23, which re-exports it).
+(moved from ``corl_bench.eval.models``, issue 23).
 
     smol, gemma3-270m   a named GGUF entry (:mod:`corl_bench.models.entries`), dequantised once and cached
     <folder>            any ``save_pretrained`` folder (a run's ``checkpoints/final/<agent>``, a hub snapshot)

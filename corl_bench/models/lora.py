@@ -1,6 +1,6 @@
 """LoRA adapters merged into plain weights: the state dict a rollout engine (vLLM's weight sync) or a checkpoint
 reader expects from an adapter-carrying model. Moved from ``corl_bench.train.memory`` (issue 23) so the rollout
-engines do not import training; ``train.memory`` injects the adapters and re-exports these helpers.
+engines do not import training; ``train.memory`` injects the adapters.
 Torch and peft are imported inside the functions only.
 """
 

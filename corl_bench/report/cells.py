@@ -3,7 +3,7 @@
 
 Public API (no torch): :class:`Stat`, :class:`Column`, :class:`TableRow`, :class:`Block`, :class:`PaperTable`;
 :func:`fmt_pct`, :func:`fmt_signed`, :func:`cell_text`, :func:`stat_of`; :data:`BASE_LABEL`, :data:`MISSING`,
-:data:`TEXT` and :data:`VLM` (the two kinds of table). :mod:`corl_bench.report.layout` re-exports all of them.
+:data:`TEXT` and :data:`VLM` (the two kinds of table). Import them from here.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
   declare them (``ROW_LABELS`` here is the same, kept for one release).
 * :func:`fmt_pct`, :func:`fmt_signed`, :func:`cell_text` - the display precision that marks are computed at; they and
   the table's data classes live in :mod:`corl_bench.report.cells`, the footer in :mod:`corl_bench.report.footer`,
-  text vs vision-language tables and ``--reference paper`` in :mod:`corl_bench.report.kinds` (all re-exported here).
+  text vs vision-language tables and ``--reference paper`` in :mod:`corl_bench.report.kinds` (import them from there).
 
 Rules: one :class:`Block` per agent family (in a vision-language table, per family and paper training set: runs
 trained on open-r1 and on MMR1 get a block each, as in the paper). A block starts with Base (the base-phase
@@ -42,18 +42,16 @@ from corl_bench.report import kinds
 from corl_bench.report import methods as method_views
 from corl_bench.report import reference as ref
 from corl_bench.report import side
-from corl_bench.report.cells import (BASE_LABEL, MISSING, TEXT, VLM, Block, Column, PaperTable, Stat, TableRow,
-                                     cell_text, fmt_pct, fmt_signed, mean_of, stat_of)
+from corl_bench.report.cells import (BASE_LABEL, MISSING, TEXT, VLM, Block, Column, PaperTable, Stat, TableRow, fmt_pct,
+                                     fmt_signed, mean_of, stat_of)
 from corl_bench.report.collect import (METRIC_LABELS, AgentResult, Collected, check_metrics, collect_results,
                                        natural_key)
 from corl_bench.report.footer import footer as make_footer
-from corl_bench.report.footer import selection_text
-from corl_bench.report.methods import ANY, UNKNOWN, MethodView
+from corl_bench.report.methods import UNKNOWN, MethodView
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ANY", "BASE_LABEL", "MISSING", "TEXT", "VLM", "Block", "Column", "PaperTable", "Stat", "TableRow", "build",
-           "cell_text", "check_reference", "fmt_pct", "fmt_signed", "paper_table", "selection_text"]
+__all__ = ["build", "check_reference", "paper_table"]
 
 PREFERRED_COHORT = "single"
 

@@ -36,7 +36,6 @@ __all__ = [
     "RunPlotError",
     "eval_points",
     "gains_png",
-    "phase_step",
     "plot_gains",
     "plot_run",
     "read_run",

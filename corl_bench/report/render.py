@@ -30,7 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corl_bench.console import print_wide
-from corl_bench.report.layout import MISSING, VLM, PaperTable, cell_text, fmt_signed
+from corl_bench.report.cells import MISSING, VLM, PaperTable, cell_text, fmt_signed
 from corl_bench.report.reference import PAPER_ENS_VLM_PROTOCOL, PAPER_PROTOCOL, PAPER_VLM_PROTOCOL, PaperBlock
 
 __all__ = ["FORMAT_SUFFIXES", "Grid", "print_rich", "render_text", "to_csv", "to_html", "to_latex",

@@ -8,7 +8,7 @@ The table is built in layers whose imports point one way (none of them imports t
   footer (imports collect);
 * :mod:`corl_bench.report.render` - md / LaTeX / CSV / HTML / rich (imports collect and layout);
 * this module - :func:`main` (what ``corl-bench table`` does: print, write files) and :func:`html` (the table as an
-  embeddable HTML fragment); it imports all three and re-exports the collect API under its old names.
+  embeddable HTML fragment); it imports all three.
 
 Files are written with :func:`corl_bench.results.atomic_write_text`.
 """
@@ -21,22 +21,16 @@ from typing import Optional, Sequence
 
 from rich.console import Console
 
-from corl_bench.console import print_wide
-from corl_bench.report.collect import (DEFAULT_METRICS, FORMATS, METRIC_LABELS, TABLE_METRICS, AgentResult, Collected,
-                                       DamagedRun, Row, RunProtocol, aggregate, check_metrics, collect, collect_results,
-                                       find_runs, natural_key, pool_scores, rel_path, row_grader_for)
-from corl_bench.report.layout import PaperTable, build, check_reference, paper_table
+from corl_bench.report.collect import (DEFAULT_METRICS, FORMATS, Collected, Row, aggregate, check_metrics,
+                                       collect_results, find_runs)
+from corl_bench.report.layout import build, check_reference, paper_table
+from corl_bench.report.cells import PaperTable
 from corl_bench.report.render import FORMAT_SUFFIXES, print_rich, render_text
 from corl_bench.results import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_METRICS", "FORMATS", "METRIC_LABELS", "TABLE_METRICS", "AgentResult", "Collected", "DamagedRun",
-           "Row", "RunProtocol", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "html", "main",
-           "natural_key", "pool_scores", "print_wide", "rel_path", "row_grader_for", "write_atomic"]
-
-write_atomic = atomic_write_text  # old name (kept for one release)
-_write_atomic = atomic_write_text  # older private name
+__all__ = ["html", "main"]
 
 
 def html(source: str | Path | Collected, *, metrics: Sequence[str] = DEFAULT_METRICS,

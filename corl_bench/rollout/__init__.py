@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from corl_bench.rollout.base import (Completion, InProcessEngine, Prompt, Request, RolloutEngine, SamplingParams,
-                                     as_request, as_requests, prompt_text)
+from corl_bench.rollout.base import Completion, InProcessEngine, RolloutEngine, SamplingParams
+from corl_bench.rollout.request import Prompt, Request, as_request, as_requests, prompt_text
 
 
 def make_engine(backend: str, model: Any, tokenizer: Any, **kwargs: Any) -> RolloutEngine:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
-from corl_bench.rollout.request import Prompt, Request, as_request, as_requests, prompt_text
+from corl_bench.rollout.request import Prompt, as_requests
 
-__all__ = ["Completion", "InProcessEngine", "Prompt", "Request", "RolloutEngine", "SamplingParams", "as_request",
-           "as_requests", "prompt_text"]
+__all__ = ["Completion", "InProcessEngine", "RolloutEngine", "SamplingParams"]
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ from typing import Any, Sequence
 
 import torch
 
-from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, SamplingParams
+from corl_bench.rollout.base import Completion, InProcessEngine, SamplingParams
+from corl_bench.rollout.request import Prompt
 from corl_bench.rollout.kvcache import growing_cache
 
 _TOPK = 256

@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 import torch
 
-from corl_bench.rollout.base import Completion, InProcessEngine, Prompt, SamplingParams
+from corl_bench.rollout.base import Completion, InProcessEngine, SamplingParams
+from corl_bench.rollout.request import Prompt
 
 log = logging.getLogger(__name__)
 

@@ -69,7 +69,8 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from corl_bench.rollout.base import Completion, Prompt, SamplingParams, as_requests
+from corl_bench.rollout.base import Completion, SamplingParams
+from corl_bench.rollout.request import Prompt, as_requests
 from corl_bench.rollout.encode import Processor, encode
 
 log = logging.getLogger(__name__)

@@ -39,6 +39,7 @@ import torch
 
 from corl_bench.method import AuxiliaryModel
 from corl_bench.config import AgentSpec, GRPOConfig, MemoryConfig
+from corl_bench.models.lora import has_lora, merged_state_dict
 from corl_bench.rollout import Completion, Prompt, SamplingParams, make_engine
 from corl_bench.rollout.encode import Encoded, Processor, encode
 from corl_bench.train import grpo, prefix
@@ -198,8 +199,8 @@ class Agent:
         if name not in self.auxiliary:
             raise RuntimeError(f"agent {self.name} has no auxiliary model {name!r}")
         module = self.auxiliary[name]
-        if memops.has_lora(self.model):  # the auxiliary model is plain: it follows the merged policy weights
-            merged = memops.merged_state_dict(self.model)
+        if has_lora(self.model):  # the auxiliary model is plain: it follows the merged policy weights
+            merged = merged_state_dict(self.model)
             for key, t in module.named_parameters():
                 t.mul_(1.0 - alpha).add_(merged[key].detach(), alpha=alpha)
         else:
@@ -610,8 +611,8 @@ class Agent:
         """The policy as a ``save_pretrained`` folder; with LoRA the adapters merged into the base weights (a plain
         model of the base architecture that any loader reads; the adapters alone are in :meth:`state_dict`)."""
         path.mkdir(parents=True, exist_ok=True)
-        if memops.has_lora(self.model):
-            self.model.save_pretrained(path, state_dict=memops.merged_state_dict(self.model))
+        if has_lora(self.model):
+            self.model.save_pretrained(path, state_dict=merged_state_dict(self.model))
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)

@@ -11,8 +11,8 @@ lives; :meth:`AgentHandle.checkpoint` writes them from there and :meth:`AgentHan
 actors.AgentHost`), its controller-side handle and the tests' pickling proxies all read it, so a new call is added
 in one place (here, and on :class:`~corl_bench.train.agent.Agent`, which a test checks against the protocol).
 
-The small result types (:class:`TrainSample`, :class:`SampleStats`, :class:`UpdateStats`) live here too;
-:mod:`corl_bench.train.agent` re-exports them. Nothing here imports torch.
+The small result types (:class:`TrainSample`, :class:`SampleStats`, :class:`UpdateStats`) live here too
+(import them from here). Nothing here imports torch.
 """
 
 from __future__ import annotations

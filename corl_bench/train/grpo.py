@@ -28,14 +28,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from corl_bench.advantages import group_advantages, whitened_advantages  # noqa: F401 (re-export: moved, issue 23)
-from corl_bench.config import LOSS_AGG_ALIASES, LOSS_AGG_MODES, resolve_loss_agg  # noqa: F401 (re-export)
+from corl_bench.config import resolve_loss_agg
 
-__all__ = ["LOSS_AGG_ALIASES", "LOSS_AGG_MODES", "LossOutput", "aggregate", "aggregate_denominator", "aggregate_partial",
-           "chunked_token_stats", "entropy_from_logits", "group_advantages", "grpo_loss", "grpo_loss_partial",
-           "kl_k3", "logprobs_from_logits", "masked_seq_mean", "policy_loss", "resolve_loss_agg",
-           "self_certainty_from_logits", "token_advantages", "token_stats", "truncated_is_weight",
-           "whitened_advantages", "zero_std_fraction"]
+__all__ = ["LossOutput", "aggregate", "aggregate_denominator", "aggregate_partial", "chunked_token_stats",
+           "entropy_from_logits", "grpo_loss", "grpo_loss_partial", "kl_k3", "logprobs_from_logits", "masked_seq_mean",
+           "policy_loss", "self_certainty_from_logits", "token_advantages", "token_stats", "truncated_is_weight",
+           "zero_std_fraction"]
 
 _LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios to [-20, 20] before exp
 _K3_CLAMP = 10.0  # verl low_var_kl clamps the estimate to [-10, 10]

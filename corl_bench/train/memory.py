@@ -23,11 +23,10 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from corl_bench.models.lora import has_lora, merged_state_dict  # noqa: F401 (re-export: moved to models.lora, issue 23)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PEFT_INSTALL", "SplitLM", "apply_lora", "enable_gradient_checkpointing", "has_lora", "merged_state_dict"]
+__all__ = ["PEFT_INSTALL", "SplitLM", "apply_lora", "enable_gradient_checkpointing"]
 
 PEFT_INSTALL = "pip install -c constraints-cpu.txt peft"
 

@@ -2,8 +2,7 @@
 
 ``resolve`` does every check that can fail *before* anything is written, so a bad method, cohort, option or field
 leaves ``results/`` untouched. :func:`run` reads as the list of stages; each is a function of
-:mod:`corl_bench.train.session` (and resuming, of :mod:`corl_bench.train.resume`, whose names this module
-re-exports).
+:mod:`corl_bench.train.session` (and resuming, of :mod:`corl_bench.train.resume`).
 """
 
 from __future__ import annotations
@@ -18,16 +17,11 @@ from typing import Any
 
 from corl_bench.config import Config, ConfigError, machine_problem
 from corl_bench.profile import Profile, check_profile_class
-from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, METHODS, PROFILES
+from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, EXTRACTORS, METHODS, PROFILES
 from corl_bench.registries import RegistryError
 from corl_bench import placement
-from corl_bench.train.resume import (RESUME_IGNORES, check_resumable, config_diff, find_interrupted,
-                                     restore_history as _history, stored_config)
-from corl_bench.train.session import ResourceError, build_agents, default_run_id
 
-__all__ = ["Plan", "RESUME_IGNORES", "ResourceError", "_history", "build_agents",
-           "check_resumable", "config_diff", "default_run_id", "find_interrupted", "prepare", "resolve", "run",
-           "stored_config"]
+__all__ = ["Plan", "prepare", "resolve", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +113,7 @@ def resolve(cfg: Config) -> Plan:
     for b in cfg.eval.benchmarks:
         profile_cls.check_benchmark(b, _lookup(BENCHMARKS, b, "eval.benchmarks"))  # the profile decides
     engine_cls = _lookup(ENGINES, cfg.rollout.backend, "rollout.backend")
+    _check_extractor(cfg.rollout.extractor)
     _check_images(cfg, profile_cls, engine_cls)
     from corl_bench.train.monitor import check_monitor
     from corl_bench.train.select import check_selection
@@ -148,6 +143,16 @@ def resolve(cfg: Config) -> Plan:
     return Plan(cfg, method_cls, options, tuple(notes))
 
 
+def _check_extractor(name: str) -> None:
+    """``rollout.extractor`` names a registered answer extractor (a plugin's through ``corl_bench.extractors``);
+    ``code`` reads a program, not an answer to vote on."""
+    if name in EXTRACTORS and EXTRACTORS.primary(name) != "code":
+        return
+    known = ", ".join(e for e in EXTRACTORS.names() if e != "code")
+    raise ConfigError(f"rollout.extractor={name!r} is not a registered answer extractor (known: {known}); set "
+                      "rollout.extractor=qwen, or register one through the corl_bench.extractors entry points")
+
+
 def _check_ranks(cfg: Config) -> None:
     """Refuse, before anything starts, what a sharded agent (ranks > 1, :mod:`corl_bench.train.sharded`) cannot do."""
     from corl_bench.config import agent_resources
@@ -174,16 +179,6 @@ def _takes_images(profile_cls: Any, agent: Any) -> bool | None:
     return profile_cls.takes_images(agent)
 
 
-def _own_codec(profile_cls: Any, agent: Any) -> bool:
-    """Whether a vision-language agent's model carries corl-bench's own image codec (every micro visual family; an
-    hf-profile folder this project wrote) rather than a Hugging Face processor."""
-    if profile_cls.name != "hf":
-        return True
-    from corl_bench.models.load import has_own_codec
-
-    return has_own_codec(agent.family)
-
-
 def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
     """What a model's kind rules out, refused before anything is loaded: a vision-language agent with an engine or a
     memory option that takes no images, a text agent with a benchmark that has images."""
@@ -193,7 +188,7 @@ def _check_images(cfg: Config, profile_cls: Any, engine_cls: Any) -> None:
         if vision and not getattr(engine_cls, "supports_images", False):
             raise ConfigError(f"rollout.backend={cfg.rollout.backend} has no image input and agent {agent.name!r} "
                               f"({agent.family}) is a vision-language model; set rollout.backend=hf (or fast)")
-        if vision and cfg.rollout.backend == "vllm" and _own_codec(profile_cls, agent):
+        if vision and cfg.rollout.backend == "vllm" and profile_cls.own_image_codec(agent):
             raise ConfigError(f"rollout.backend=vllm takes Hugging Face VLMs with their own processor and agent "
                               f"{agent.name!r} ({agent.family}) is a corl-bench vision model that vLLM cannot load; "
                               "set rollout.backend=fast (or hf)")

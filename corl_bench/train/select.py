@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from corl_bench.config import SELECT_RULES, ConfigError
-from corl_bench.profile import selection_benchmark  # re-exported: the profiles use it too (issue 23)
+from corl_bench.profile import selection_benchmark  # beside the profile contract: the profiles use it too
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CRITERIA", "SELECTION_DIR", "best_phase", "candidate_phases", "check_selection", "majority_answers",
-           "peer_agreement", "phase_of_step", "select_run", "selection_benchmark"]
+           "peer_agreement", "phase_of_step", "select_run"]
 
 SELECTION_DIR = "selection"
 """Predictions of the selection split live at ``<run>/selection/<phase>/<agent>/<benchmark>.jsonl``: outside

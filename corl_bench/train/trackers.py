@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 from corl_bench.config import Config, ConfigError
-from corl_bench.results import phase_step  # noqa: F401 (re-exported: the step an evaluation phase belongs to)
 
 log = logging.getLogger(__name__)
 PACKAGES = {"wandb": "wandb", "tensorboard": "tensorboard"}  # tracker -> the package it needs

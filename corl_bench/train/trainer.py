@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from corl_bench.advantages import group_advantages
 from corl_bench.config import Config, ConfigError
 from corl_bench.registries import EXTRACTORS
 from corl_bench.grading.verifier import extract_normalized, plurality_vote
@@ -251,7 +252,7 @@ class Trainer:
         if rewards[name].extra:
             raise RuntimeError(f"{type(self.method).__name__} returned extra samples for agent {name} but no "
                                "advantages for them; override Method.advantages")
-        return grpo.group_advantages(r, scale_std=self.cfg.grpo.scale_std, eps=self.cfg.grpo.adv_eps).reshape(-1)
+        return group_advantages(r, scale_std=self.cfg.grpo.scale_std, eps=self.cfg.grpo.adv_eps).reshape(-1)
 
     def _generator(self, step: int) -> Generate:
         """Extra generations for interactive methods: same engine and sampling settings, a seed per (agent, role)."""
