@@ -632,7 +632,8 @@ def config_from_dict(data: Mapping[str, Any] | None) -> Config:
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"a config must be a mapping of sections ({', '.join(f.name for f in fields(Config))})")
+        sections = ", ".join(f.name for f in fields(Config) if f.name != "set_keys")
+        raise ConfigError(f"a config must be a mapping of sections ({sections})")
     data = _moved_keys(data)
     memory = data.get("memory")
     if isinstance(memory, Mapping) and memory.get("autocast") is False:  # YAML reads a bare off as false
