@@ -94,6 +94,26 @@ CPU_DEFAULTS: dict[tuple[str, str], Any] = {
 """What an hf run whose agents are on the CPU uses where its config leaves the global (micro-sized) default: 8
 prompts x 4 samples x 128 tokens per step, and 20 problems of each benchmark, greedy, 256 tokens. A step of
 smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB."""
+HF_DEFAULTS: dict[tuple[str, str], Any] = {("rollout", "backend"): "fast"}
+"""What an hf run uses on any device for these keys where its config leaves the global default: the ``fast`` engine
+(:mod:`corl_bench.rollout.fast`) for rollouts and for the run's evaluation, which generates with the agent's engine.
+It computes what ``hf`` (``transformers``' ``generate``) computes for a sequence, and on a CPU decodes a batch several
+times faster (one prefill per prompt, finished rows leave the batch, a KV cache that grows in place); the real-model
+study chose it (``sweeps/real-study.yaml``). Where it does not serve (:func:`fast_unserved`) the run keeps ``hf`` and
+``validate`` says why. The micro profile keeps ``hf`` (its default run stays bit-identical)."""
+
+
+def fast_unserved(cfg: Any) -> str:
+    """Why the ``fast`` engine cannot be an hf run's default engine, or "" when it can. It needs a model whose
+    forward takes and returns ``transformers``' ``Cache`` objects (it repeats and drops rows of the cache): a folder
+    that brings its own modelling code (``model.trust_remote_code=true``) may keep the legacy tuple cache. Images are
+    no reason: the fast engine takes a vision-language model's image inputs at its prefill."""
+    if cfg.model.trust_remote_code:
+        return ("model.trust_remote_code=true: a model's own code may keep the legacy tuple KV cache, which the fast "
+                "engine cannot reorder; set rollout.backend=fast to try it")
+    return ""
+
+
 GENERATOR = "corl_bench.hf.arith"
 """The module of the hf profile's generated suites (a spec's ``source.generator``)."""
 MATH_SUITE = ("gsm8k", "math500", "amc83")
@@ -157,7 +177,8 @@ class HFProfile(Profile):
     @classmethod
     def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
         """The config with the hf profile's defaults where it leaves the global ones, and a note per value filled:
-        on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device, when ``memory.micro_batch``, ``memory.logit_chunk``
+        on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device the engine of :data:`HF_DEFAULTS` (the ``fast``
+        engine where it serves, :func:`fast_unserved`) and, when ``memory.micro_batch``, ``memory.logit_chunk``
         and ``memory.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
         (:func:`corl_bench.hf.fit.fit_memory`)."""
         import dataclasses
@@ -171,6 +192,15 @@ class HFProfile(Profile):
                 if getattr(getattr(cfg, section), name) == getattr(getattr(base, section), name):
                     cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
                     notes.append(f"{section}.{name}={value}")
+        for (section, name), value in HF_DEFAULTS.items():  # on any device; the same rule as CPU_DEFAULTS above
+            if getattr(getattr(cfg, section), name) == getattr(getattr(base, section), name):
+                why = fast_unserved(cfg) if (section, name, value) == ("rollout", "backend", "fast") else ""
+                if why:
+                    notes.append(f"{section}.{name} stays {getattr(getattr(cfg, section), name)} (its default, fast, "
+                                 f"does not serve here: {why})")
+                    continue
+                cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
+                notes.append(f"{section}.{name}={value}")
         g = cfg.memory
         if not (g.micro_batch or g.logit_chunk or g.shared_prefix):
             archs = cls.archs(cfg)
