@@ -88,12 +88,19 @@ def chat_prompt(tokenizer: Any, text: str, n_images: int = 0) -> str:
 
 
 CPU_DEFAULTS: dict[tuple[str, str], Any] = {
-    ("eval", "max_problems"): 20, ("eval", "samples"): 0, ("eval", "max_new_tokens"): 256,
+    ("eval", "max_problems"): 10, ("eval", "samples"): 0, ("eval", "max_new_tokens"): 256,
     ("rollout", "prompts_per_step"): 8, ("rollout", "samples_per_prompt"): 4, ("rollout", "max_new_tokens"): 128,
 }
 """What an hf run whose agents are on the CPU uses where its config leaves the global (micro-sized) default: 8
-prompts x 4 samples x 128 tokens per step, and 20 problems of each benchmark, greedy, 256 tokens. A step of
-smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB."""
+prompts x 4 samples x 128 tokens per step, and the first 10 problems of each benchmark, greedy, 256 tokens. A step of
+smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB.
+
+The evaluation's size is a CPU's, not a study's: greedy only (one answer per problem; sampled avg@k multiplies the
+cost by k), 256 tokens (room for a step-by-step answer to a GSM8K problem; fewer would cut answers off and bias the
+score down), and 10 problems per benchmark, i.e. 30 greedy answers per agent per evaluation of the paper's math suite,
+so that the README's command (one step, an evaluation before and after) ends well within 15 minutes on a 2-core CPU
+without AVX-512 (measured in the README). Ten problems show whether a run works and roughly where a model stands
+(a 95 % interval of about +-30 points); a result needs eval.max_problems set to the benchmark's size."""
 HF_DEFAULTS: dict[tuple[str, str], Any] = {("rollout", "backend"): "fast"}
 """What an hf run uses on any device for these keys where its config leaves the global default: the ``fast`` engine
 (:mod:`corl_bench.rollout.fast`) for rollouts and for the run's evaluation, which generates with the agent's engine.
