@@ -153,3 +153,21 @@ def test_validate_smol_cross_family_prints_the_fast_engine_and_the_cpu_evaluatio
     assert "hf profile: rollout.backend=fast" in res.output
     assert f"hf profile: eval.max_problems={CPU_DEFAULTS['eval', 'max_problems']}" in res.output
     assert f"hf profile: eval.max_new_tokens={CPU_DEFAULTS['eval', 'max_new_tokens']}" in res.output
+
+
+def test_the_cli_lets_openmp_threads_sleep_unless_the_environment_chooses():
+    from corl_bench.cli import passive_openmp_wait
+
+    for given, want in (({}, "PASSIVE"), ({"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"), ({"GOMP_SPINCOUNT": "1000"}, None)):
+        env = dict(given)
+        passive_openmp_wait(env)
+        assert env.get("OMP_WAIT_POLICY") == want, given
+
+
+def test_the_cli_imports_no_torch_before_it_sets_the_wait_policy():
+    import subprocess
+    import sys
+
+    code = "import sys, corl_bench.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
