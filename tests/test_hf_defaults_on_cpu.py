@@ -105,6 +105,33 @@ def test_an_hf_run_on_the_cpu_gets_the_fast_engine_and_the_cpu_evaluation(tiny_f
     assert (kept.eval.max_problems, kept.eval.max_new_tokens) == (7, 64)
 
 
+def test_an_hf_run_on_the_cpu_evaluates_gsm8k_unless_told_otherwise(tiny_folder, tmp_path, monkeypatch):
+    from corl_bench.hf.profile import CPU_BENCHMARKS
+
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    agents = f"cohort.agents=[{{name: a0, family: '{tiny_folder}'}}]"
+    plan = _resolve("method.name=ttrl", "cohort.name=tiny", "cohort.profile=hf", agents, *DATA[:2])
+    assert CPU_BENCHMARKS == ("gsm8k",) and plan.config.eval.benchmarks == CPU_BENCHMARKS
+    assert any(n.startswith("eval.benchmarks=gsm8k (the CPU's") for n in plan.notes), plan.notes
+    two = _resolve("method.name=ttrl", "cohort.name=tiny", "cohort.profile=hf", agents, *DATA[:2],
+                   "eval.benchmarks=[gsm8k,arith-heldout]")
+    assert two.config.eval.benchmarks == ("gsm8k", "arith-heldout")
+
+
+@pytest.mark.xfail(not hasattr(Config, "is_set"), strict=True,
+                   reason="needs issue 38 item 1: until then a written eval.benchmarks equal to the profile's suite "
+                          "is taken for unset")
+def test_the_whole_suite_written_out_is_kept_on_the_cpu(tiny_folder, tmp_path, monkeypatch):
+    from corl_bench.hf.profile import MATH_SUITE
+
+    monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CORL_BENCH_DATA", "/nonexistent")  # validation of the data is not what this checks
+    plan = _resolve("method.name=ttrl", "cohort.name=tiny", "cohort.profile=hf",
+                    f"cohort.agents=[{{name: a0, family: '{tiny_folder}'}}]", *DATA[:2],
+                    f"eval.benchmarks=[{','.join(MATH_SUITE)}]")
+    assert plan.config.eval.benchmarks == MATH_SUITE
+
+
 @pytest.mark.xfail(not hasattr(Config, "is_set"), strict=True,
                    reason="needs issue 38 item 1 (profile defaults fill only keys nobody set): until then a written "
                           "rollout.backend=hf equals the global default and is taken for unset")
@@ -153,6 +180,9 @@ def test_validate_smol_cross_family_prints_the_fast_engine_and_the_cpu_evaluatio
     assert "hf profile: rollout.backend=fast" in res.output
     assert f"hf profile: eval.max_problems={CPU_DEFAULTS['eval', 'max_problems']}" in res.output
     assert f"hf profile: eval.max_new_tokens={CPU_DEFAULTS['eval', 'max_new_tokens']}" in res.output
+    res = CliRunner().invoke(app, ["validate", "--set", "method.name=corl", "--set", "cohort.name=smol-cross-family",
+                                   *[a for s in DATA[:2] for a in ("--set", s)]])
+    assert res.exit_code == 0 and "hf profile: eval.benchmarks=gsm8k (the CPU's" in res.output, res.output
 
 
 def test_the_cli_lets_openmp_threads_sleep_unless_the_environment_chooses():

@@ -97,10 +97,32 @@ smol-cross-family then takes minutes, not the micro defaults' quarter of an hour
 
 The evaluation's size is a CPU's, not a study's: greedy only (one answer per problem; sampled avg@k multiplies the
 cost by k), 256 tokens (room for a step-by-step answer to a GSM8K problem; fewer would cut answers off and bias the
-score down), and 10 problems per benchmark, i.e. 30 greedy answers per agent per evaluation of the paper's math suite,
-so that the README's command (one step, an evaluation before and after) ends well within 15 minutes on a 2-core CPU
-without AVX-512 (measured in the README). Ten problems show whether a run works and roughly where a model stands
-(a 95 % interval of about +-30 points); a result needs eval.max_problems set to the benchmark's size."""
+score down), and 10 problems per benchmark,
+so that the README's command (one step, an evaluation before and after) ends within 15 minutes on a 2-core CPU
+without AVX-512 with another run beside it (measured in the README; with :data:`CPU_BENCHMARKS`). Ten problems show
+whether a run works and roughly where a model stands (a 95 % interval of about +-30 points); a result needs
+eval.max_problems set to the benchmark's size."""
+CPU_BENCHMARKS = ("gsm8k",)
+"""What an hf run on the CPU evaluates when ``eval.benchmarks`` is left to the profile (elsewhere: :data:`MATH_SUITE`).
+On a CPU an evaluation costs decoding steps: each benchmark of each agent is one batch decoded for up to
+``eval.max_new_tokens`` steps, and every step reads all the weights. Measured for the README's command (2-core AMD
+EPYC, torch on AVX2 kernels, another run beside it): one benchmark of 10 problems took about 1 min for SmolLM2 and
+2 min for Gemma-3, so the three benchmarks of the paper's suite, before and after the step, took about 18 minutes of
+the 15. GSM8K is the suite's easiest part, the one closest to what models of this size can answer (their base
+checkpoints answered 0 of 10 problems of each benchmark there, most answers cut at 256 tokens). Set
+``eval.benchmarks=[gsm8k,math500,amc83]`` for the whole suite."""
+
+
+def _left_to_profile(cfg: Any, key: str, profile_default: Any) -> bool:
+    """Whether ``key`` is left to the profile: not set (``Config.is_set``, where the config records what was set),
+    else still equal to the profile's own default (what :mod:`corl_bench.train.runner` filled in)."""
+    is_set = getattr(cfg, "is_set", None)
+    if is_set is not None:
+        return not is_set(key)
+    section, _, name = key.partition(".")
+    return getattr(getattr(cfg, section), name) == profile_default
+
+
 HF_DEFAULTS: dict[tuple[str, str], Any] = {("rollout", "backend"): "fast"}
 """What an hf run uses on any device for these keys where its config leaves the global default: the ``fast`` engine
 (:mod:`corl_bench.rollout.fast`) for rollouts and for the run's evaluation, which generates with the agent's engine.
@@ -184,7 +206,7 @@ class HFProfile(Profile):
     @classmethod
     def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
         """The config with the hf profile's defaults where it leaves the global ones, and a note per value filled:
-        on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device the engine of :data:`HF_DEFAULTS` (the ``fast``
+        on the CPU the sizes of :data:`CPU_DEFAULTS` and the benchmarks of :data:`CPU_BENCHMARKS`; on any device the engine of :data:`HF_DEFAULTS` (the ``fast``
         engine where it serves, :func:`fast_unserved`) and, when ``memory.micro_batch``, ``memory.logit_chunk``
         and ``memory.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
         (:func:`corl_bench.hf.fit.fit_memory`)."""
@@ -199,6 +221,10 @@ class HFProfile(Profile):
                 if getattr(getattr(cfg, section), name) == getattr(getattr(base, section), name):
                     cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
                     notes.append(f"{section}.{name}={value}")
+            if _left_to_profile(cfg, "eval.benchmarks", MATH_SUITE) and cfg.eval.benchmarks != CPU_BENCHMARKS:
+                cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=CPU_BENCHMARKS))
+                notes.append(f"eval.benchmarks={','.join(CPU_BENCHMARKS)} (the CPU's; the paper's math suite is "
+                             f"{','.join(MATH_SUITE)})")  # no brackets: the CLI prints notes as rich markup
         for (section, name), value in HF_DEFAULTS.items():  # on any device; the same rule as CPU_DEFAULTS above
             if getattr(getattr(cfg, section), name) == getattr(getattr(base, section), name):
                 why = fast_unserved(cfg) if (section, name, value) == ("rollout", "backend", "fast") else ""
