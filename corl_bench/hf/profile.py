@@ -206,10 +206,10 @@ class HFProfile(Profile):
     @classmethod
     def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
         """The config with the hf profile's defaults where it leaves the global ones, and a note per value filled:
-        on the CPU the sizes of :data:`CPU_DEFAULTS` and the benchmarks of :data:`CPU_BENCHMARKS`; on any device the engine of :data:`HF_DEFAULTS` (the ``fast``
-        engine where it serves, :func:`fast_unserved`) and, when ``memory.micro_batch``, ``memory.logit_chunk``
-        and ``memory.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
-        (:func:`corl_bench.hf.fit.fit_memory`)."""
+        on the CPU the sizes of :data:`CPU_DEFAULTS` and the benchmarks of :data:`CPU_BENCHMARKS`; on any device the
+        engine of :data:`HF_DEFAULTS` (the ``fast`` engine where it serves, :func:`fast_unserved`) and, when
+        ``memory.micro_batch``, ``memory.logit_chunk`` and ``memory.shared_prefix`` are all unset, a micro-batch and
+        logit chunk that fit the device's memory (:func:`corl_bench.hf.fit.fit_memory`)."""
         import dataclasses
 
         from corl_bench.hf import fit
