@@ -114,13 +114,11 @@ checkpoints answered 0 of 10 problems of each benchmark there, most answers cut 
 
 
 def _left_to_profile(cfg: Any, key: str, profile_default: Any) -> bool:
-    """Whether ``key`` is left to the profile: not set (``Config.is_set``, where the config records what was set),
-    else still equal to the profile's own default (what :mod:`corl_bench.train.runner` filled in)."""
-    is_set = getattr(cfg, "is_set", None)
-    if is_set is not None:
-        return not is_set(key)
+    """Whether ``key`` is left to the profile: it holds the profile's own default (which :mod:`corl_bench.train.runner`
+    filled in) and, where the config records the keys the user wrote (``set_keys``), nobody wrote it."""
     section, _, name = key.partition(".")
-    return getattr(getattr(cfg, section), name) == profile_default
+    written = getattr(cfg, "set_keys", None)
+    return getattr(getattr(cfg, section), name) == profile_default and (written is None or key not in written)
 
 
 HF_DEFAULTS: dict[tuple[str, str], Any] = {("rollout", "backend"): "fast"}
