@@ -99,16 +99,16 @@ The evaluation's size is a CPU's, not a study's: greedy only (one answer per pro
 cost by k), 256 tokens (room for a step-by-step answer to a GSM8K problem; fewer would cut answers off and bias the
 score down), and 10 problems per benchmark,
 so that the README's command (one step, an evaluation before and after) ends within 15 minutes on a 2-core CPU
-without AVX-512 with another run beside it (measured in the README; with :data:`CPU_BENCHMARKS`). Ten problems show
+without AVX-512 with other jobs beside it (measured in the README; with :data:`CPU_BENCHMARKS`). Ten problems show
 whether a run works and roughly where a model stands (a 95 % interval of about +-30 points); a result needs
 eval.max_problems set to the benchmark's size."""
 CPU_BENCHMARKS = ("gsm8k",)
 """What an hf run on the CPU evaluates when ``eval.benchmarks`` is left to the profile (elsewhere: :data:`MATH_SUITE`).
 On a CPU an evaluation costs decoding steps: each benchmark of each agent is one batch decoded for up to
 ``eval.max_new_tokens`` steps, and every step reads all the weights. Measured for the README's command (2-core AMD
-EPYC, torch on AVX2 kernels, another run beside it): one benchmark of 10 problems took about 1 min for SmolLM2 and
-2 min for Gemma-3, so the three benchmarks of the paper's suite, before and after the step, took about 18 minutes of
-the 15. GSM8K is the suite's easiest part, the one closest to what models of this size can answer (their base
+EPYC, torch on AVX2 kernels, other jobs beside it): one benchmark of 10 problems took about 1 min for SmolLM2 and
+2 min for Gemma-3, so the base evaluation on the paper's three benchmarks took 591 s and the two evaluations would
+take about 20 of the 15 minutes (GSM8K alone: 174 s and 160 s; the step 453 s; the run 807 s). GSM8K is the suite's easiest part, the one closest to what models of this size can answer (their base
 checkpoints answered 0 of 10 problems of each benchmark there, most answers cut at 256 tokens). Set
 ``eval.benchmarks=[gsm8k,math500,amc83]`` for the whole suite."""
 
