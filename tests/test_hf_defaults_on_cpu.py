@@ -78,7 +78,8 @@ def test_an_hf_run_logs_its_evaluation_and_steps_with_an_eta(tiny_folder, tmp_pa
     monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("CORL_BENCH_DATA", raising=False)
     cfg = load_config(None, [
-        "method.name=ttrl", "cohort.name=tiny", "cohort.profile=hf", f"cohort.agents=[{{name: a0, family: '{tiny_folder}'}}]",
+        "method.name=ttrl", "cohort.name=tiny", "cohort.profile=hf",
+        f"cohort.agents=[{{name: a0, family: '{tiny_folder}'}}]",
         "run.steps=2", "rollout.prompts_per_step=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=4",
         *DATA, "eval.max_problems=3", "eval.max_new_tokens=4", f"run.output_dir={tmp_path / 'runs'}"])
     with caplog.at_level(logging.INFO, logger="corl_bench.train.session"):

@@ -108,7 +108,8 @@ On a CPU an evaluation costs decoding steps: each benchmark of each agent is one
 ``eval.max_new_tokens`` steps, and every step reads all the weights. Measured for the README's command (2-core AMD
 EPYC, torch on AVX2 kernels, other jobs beside it): one benchmark of 10 problems took about 1 min for SmolLM2 and
 2 min for Gemma-3, so the base evaluation on the paper's three benchmarks took 591 s and the two evaluations would
-take about 20 of the 15 minutes (GSM8K alone: 174 s and 160 s; the step 453 s; the run 807 s). GSM8K is the suite's easiest part, the one closest to what models of this size can answer (their base
+take about 20 of the 15 minutes (GSM8K alone: 174 s and 160 s; the step 453 s; the run 807 s). GSM8K is the
+suite's easiest part, the one closest to what models of this size can answer (their base
 checkpoints answered 0 of 10 problems of each benchmark there, most answers cut at 256 tokens). Set
 ``eval.benchmarks=[gsm8k,math500,amc83]`` for the whole suite."""
 
