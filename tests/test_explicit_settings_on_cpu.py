@@ -56,7 +56,7 @@ def test_an_unset_key_takes_the_profiles_cpu_default_and_an_explicit_default_val
     written = _resolve(load_config(None, [*hf_sets, "rollout.samples_per_prompt=8", "eval.samples=4"]))
     assert written.config.rollout.samples_per_prompt == 8 and written.config.eval.samples == 4
     assert not any(n.startswith(("rollout.samples_per_prompt", "eval.samples=")) for n in written.notes)
-    assert written.config.rollout.prompts_per_step == 8 and written.config.eval.max_problems == 20  # others: filled
+    assert written.config.rollout.prompts_per_step == 8 and written.config.eval.max_problems == 10  # others: filled
 
 
 def test_a_config_file_keeps_an_explicit_default_value(hf_sets, tmp_path):
@@ -75,8 +75,12 @@ def test_the_memory_fit_and_the_default_suites_leave_what_was_written(hf_sets):
     suites = [s for s in hf_sets if not s.startswith("eval.benchmarks")]
     from corl_bench.errors import checking_for_elsewhere
 
+    from corl_bench.hf.profile import CPU_BENCHMARKS, MATH_SUITE
+
+    assert _resolve(load_config(None, suites)).config.eval.benchmarks == CPU_BENCHMARKS  # unset: the CPU's suite
     with checking_for_elsewhere():  # the fixtures hold gsm8k only: a missing suite copy is a warning here
-        assert _resolve(load_config(None, suites)).config.eval.benchmarks == ("gsm8k", "math500", "amc83")
+        written = _resolve(load_config(None, [*suites, f"eval.benchmarks=[{','.join(MATH_SUITE)}]"]))
+    assert written.config.eval.benchmarks == MATH_SUITE  # written equal to the profile's own suite: kept
     with pytest.raises(ConfigError, match="micro-profile suite"):  # micro-test is the global default, but written
         _resolve(load_config(None, [*suites, "eval.benchmarks=[micro-test]"]))
 

@@ -506,18 +506,18 @@ def test_a_fewshot_agent_trains_on_the_fewshot_prompt_and_stops_at_the_next_ques
     """The trainer asks a fewshot agent in that format and hands the engine its stop string: no logged completion
     runs into a next "Question:"."""
     from corl_bench.results import RunDir, read_jsonl
+    from corl_bench.rollout.fast import FastEngine
     from corl_bench.rollout.hf import HFEngine
     from corl_bench.train.runner import run
 
     monkeypatch.setenv("CORL_BENCH_CACHE", str(tmp_path / "cache"))
     seen = []
-    original = HFEngine.generate
+    for engine in (HFEngine, FastEngine):  # the hf profile's default engine is fast (hf where fast does not serve)
+        def spy(self, requests, params, original=engine.generate):
+            seen.append(params.stop)
+            return original(self, requests, params)
 
-    def spy(self, requests, params):
-        seen.append(params.stop)
-        return original(self, requests, params)
-
-    monkeypatch.setattr(HFEngine, "generate", spy)
+        monkeypatch.setattr(engine, "generate", spy)
     cfg = load_config(None, [
         "method.name=ttrl", "cohort.name=tiny-fewshot", "cohort.profile=hf",
         f"cohort.agents=[{{name: a0, family: '{tiny_base_folder}', prompt: fewshot}}]",

@@ -88,12 +88,60 @@ def chat_prompt(tokenizer: Any, text: str, n_images: int = 0) -> str:
 
 
 CPU_DEFAULTS: dict[tuple[str, str], Any] = {
-    ("eval", "max_problems"): 20, ("eval", "samples"): 0, ("eval", "max_new_tokens"): 256,
+    ("eval", "max_problems"): 10, ("eval", "samples"): 0, ("eval", "max_new_tokens"): 256,
     ("rollout", "prompts_per_step"): 8, ("rollout", "samples_per_prompt"): 4, ("rollout", "max_new_tokens"): 128,
 }
 """What an hf run whose agents are on the CPU uses for each of these keys nobody set (:meth:`Config.is_set`): 8
-prompts x 4 samples x 128 tokens per step, and 20 problems of each benchmark, greedy, 256 tokens. A step of
-smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB."""
+prompts x 4 samples x 128 tokens per step, and the first 10 problems of each benchmark, greedy, 256 tokens. A step of
+smol-cross-family then takes minutes, not the micro defaults' quarter of an hour and 24 GB.
+
+The evaluation's size is a CPU's, not a study's: greedy only (one answer per problem; sampled avg@k multiplies the
+cost by k), 256 tokens (room for a step-by-step answer to a GSM8K problem; fewer would cut answers off and bias the
+score down), and 10 problems per benchmark,
+so that the README's command (one step, an evaluation before and after) ends within 15 minutes on a 2-core CPU
+without AVX-512 with other jobs beside it (measured in the README; with :data:`CPU_BENCHMARKS`). Ten problems show
+whether a run works and roughly where a model stands (a 95 % interval of about +-30 points); a result needs
+eval.max_problems set to the benchmark's size."""
+CPU_BENCHMARKS = ("gsm8k",)
+"""What an hf run on the CPU evaluates when ``eval.benchmarks`` is left to the profile (elsewhere: :data:`MATH_SUITE`).
+On a CPU an evaluation costs decoding steps: each benchmark of each agent is one batch decoded for up to
+``eval.max_new_tokens`` steps, and every step reads all the weights. Measured for the README's command (2-core AMD
+EPYC, torch on AVX2 kernels, other jobs beside it): one benchmark of 10 problems took about 1 min for SmolLM2 and
+2 min for Gemma-3, so the base evaluation on the paper's three benchmarks took 591 s and the two evaluations would
+take about 20 of the 15 minutes (GSM8K alone: 174 s and 160 s; the step 453 s; the run 807 s). GSM8K is the
+suite's easiest part, the one closest to what models of this size can answer (their base
+checkpoints answered 0 of 10 problems of each benchmark there, most answers cut at 256 tokens). Set
+``eval.benchmarks=[gsm8k,math500,amc83]`` for the whole suite."""
+
+
+def _left_to_profile(cfg: Any, key: str, profile_default: Any) -> bool:
+    """Whether ``key`` is left to the profile: nobody wrote it (``Config.set_keys``) and it holds the profile's own
+    default, which :mod:`corl_bench.train.runner` filled in before :meth:`HFProfile.fill_defaults` (so
+    :meth:`Config.is_set`, which counts a value other than the global default as set, would say set)."""
+    section, _, name = key.partition(".")
+    return key not in cfg.set_keys and getattr(getattr(cfg, section), name) == profile_default
+
+
+HF_DEFAULTS: dict[tuple[str, str], Any] = {("rollout", "backend"): "fast"}
+"""What an hf run uses on any device for these keys nobody set (:meth:`Config.is_set`): the ``fast`` engine
+(:mod:`corl_bench.rollout.fast`) for rollouts and for the run's evaluation, which generates with the agent's engine.
+It computes what ``hf`` (``transformers``' ``generate``) computes for a sequence, and on a CPU decodes a batch several
+times faster (one prefill per prompt, finished rows leave the batch, a KV cache that grows in place); the real-model
+study chose it (``sweeps/real-study.yaml``). Where it does not serve (:func:`fast_unserved`) the run keeps ``hf`` and
+``validate`` says why. The micro profile keeps ``hf`` (its default run stays bit-identical)."""
+
+
+def fast_unserved(cfg: Any) -> str:
+    """Why the ``fast`` engine cannot be an hf run's default engine, or "" when it can. It needs a model whose
+    forward takes and returns ``transformers``' ``Cache`` objects (it repeats and drops rows of the cache): a folder
+    that brings its own modelling code (``model.trust_remote_code=true``) may keep the legacy tuple cache. Images are
+    no reason: the fast engine takes a vision-language model's image inputs at its prefill."""
+    if cfg.model.trust_remote_code:
+        return ("model.trust_remote_code=true: a model's own code may keep the legacy tuple KV cache, which the fast "
+                "engine cannot reorder; set rollout.backend=fast to try it")
+    return ""
+
+
 GENERATOR = "corl_bench.hf.arith"
 """The module of the hf profile's generated suites (a spec's ``source.generator``)."""
 MATH_SUITE = ("gsm8k", "math500", "amc83")
@@ -163,11 +211,12 @@ class HFProfile(Profile):
 
     @classmethod
     def fill_defaults(cls, cfg: Any, method_cls: Any) -> tuple[Any, list[str]]:
-        """The config with the hf profile's defaults in the keys nobody set (:meth:`Config.is_set`; a value written
-        equal to the global default is set and kept), and a note per value filled:
-        on the CPU the sizes of :data:`CPU_DEFAULTS`; on any device, when ``memory.micro_batch``, ``memory.logit_chunk``
-        and ``memory.shared_prefix`` are all unset, a micro-batch and logit chunk that fit the device's memory
-        (:func:`corl_bench.hf.fit.fit_memory`)."""
+        """The config with the hf profile's defaults in the keys nobody set (:meth:`Config.is_set`: a value written
+        equal to the global default is set and kept), and a note per value filled: on the CPU the sizes of
+        :data:`CPU_DEFAULTS` and the benchmarks of :data:`CPU_BENCHMARKS`; on any device the engine of
+        :data:`HF_DEFAULTS` (the ``fast`` engine where it serves, :func:`fast_unserved`) and, when none of
+        ``memory.micro_batch``, ``memory.logit_chunk`` and ``memory.shared_prefix`` is set, a micro-batch and logit
+        chunk that fit the device's memory (:func:`corl_bench.hf.fit.fit_memory`)."""
         import dataclasses
 
         from corl_bench.hf import fit
@@ -178,6 +227,19 @@ class HFProfile(Profile):
                 if not cfg.is_set(f"{section}.{name}"):
                     cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
                     notes.append(f"{section}.{name}={value} (its CPU default; {section}.{name} was not set)")
+            if _left_to_profile(cfg, "eval.benchmarks", MATH_SUITE) and cfg.eval.benchmarks != CPU_BENCHMARKS:
+                cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=CPU_BENCHMARKS))
+                notes.append(f"eval.benchmarks={','.join(CPU_BENCHMARKS)} (the CPU's; the paper's math suite is "
+                             f"{','.join(MATH_SUITE)}; eval.benchmarks was not set)")  # no brackets: rich markup
+        for (section, name), value in HF_DEFAULTS.items():  # on any device; the same rule as CPU_DEFAULTS above
+            if not cfg.is_set(f"{section}.{name}"):
+                why = fast_unserved(cfg) if (section, name, value) == ("rollout", "backend", "fast") else ""
+                if why:
+                    notes.append(f"{section}.{name} stays {getattr(getattr(cfg, section), name)} (its default, fast, "
+                                 f"does not serve here: {why})")
+                    continue
+                cfg = cfg.replace(**{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
+                notes.append(f"{section}.{name}={value} (the hf profile's default; {section}.{name} was not set)")
         g = cfg.memory
         fitted = ("memory.micro_batch", "memory.logit_chunk", "memory.shared_prefix")
         if not any(cfg.is_set(key) for key in fitted):

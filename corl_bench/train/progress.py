@@ -33,6 +33,45 @@ def plain_line(task: Task) -> str:
             f"({task.elapsed or 0:.0f} s{eta}) {task.fields.get('status', '')}").rstrip()
 
 
+def duration(seconds: float) -> str:
+    """``41 s`` below two minutes, ``12 min 05 s`` below two hours, else ``2 h 03 min``."""
+    s = max(0, round(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def eta_seconds(done: float, total: float, elapsed: float) -> float | None:
+    """Seconds left if the remaining ``total - done`` units take as long each as the ``done`` ones did (None before
+    the first unit is done)."""
+    if done <= 0 or elapsed < 0:
+        return None
+    return max(0.0, elapsed * (total - done) / done)
+
+
+class Eta:
+    """Work done out of ``total`` units since construction, the time elapsed and the time left, as one log line:
+    ``6/20 problems, 41 s elapsed, ETA 95 s``. The estimate is linear in the units (every unit as long as the mean
+    of the done ones), so it is rough while few are done and when units differ (a larger model's generations).
+    ``done``: units finished before this process started (a resumed run's steps): counted, not timed."""
+
+    def __init__(self, total: int, unit: str, done: int = 0, clock: Any = time.perf_counter) -> None:
+        self.total, self.unit, self.clock = total, unit, clock
+        self.done = self.first = done
+        self.start = clock()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+
+    def line(self) -> str:
+        elapsed = self.clock() - self.start
+        left = eta_seconds(self.done - self.first, self.total - self.first, elapsed)
+        eta = "" if left is None else ", done" if self.done >= self.total else f", ETA {duration(left)}"
+        return f"{self.done}/{self.total} {self.unit}, {duration(elapsed)} elapsed{eta}"
+
+
 class RunProgress:
     """Context manager around ``rich.progress.Progress`` with the phases of a run.
 

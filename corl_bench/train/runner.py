@@ -104,8 +104,9 @@ def resolve(cfg: Config) -> Plan:
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
     cfg, filled = profile_cls.fill_defaults(cfg, method_cls)  # the profile's own sizes (hf: a CPU step)
+    refilled = any(n.startswith("eval.benchmarks=") for n in filled)  # the profile chose again (hf on a CPU)
     notes = ([f"eval.benchmarks={list(defaults)} (its default suites; eval.benchmarks was not set)"]
-             if filled_benchmarks else []) + list(filled)
+             if filled_benchmarks and not refilled else []) + list(filled)
     method_cls.check_cohort(cohort.agents, cohort.name)
     _check_paper_row(cohort)
     options = method_cls.parse_options(cfg.method.options)

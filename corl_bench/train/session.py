@@ -295,23 +295,34 @@ class Session:
         from corl_bench.eval import evaluator
         from corl_bench.eval.specs import get_spec
         from corl_bench.results import phase_step
+        from corl_bench.train.progress import Eta
 
         cfg, prog, t = self.cfg, self.prog, time.perf_counter()
-        task = prog.add(f"eval {phase}", self.total_gen + self.selector.generations(phase, len(self.agents)))
+        total = self.total_gen + self.selector.generations(phase, len(self.agents))
+        task, eta = prog.add(f"eval {phase}", total), Eta(total, "generations")
+
+        def advance(n: int) -> None:
+            prog.advance(task, n)
+            eta.advance(n)
+
         from corl_bench.profile import asked_decoding, asked_items
 
         specs = {b: get_spec(b) for b in self.benches}
         for a in self.agents:  # each benchmark one chunk (the one evaluation path's seed rule)
             seed = evaluator.eval_seed(cfg.run.seed, a.spec.seed_offset)
-            self.scores.setdefault(phase, {})[a.name] = {b: evaluator.evaluate(  # ask_as_trained: in a's format
-                a.generate, specs[b], asked_items(self.profile, specs[b], items[: cfg.eval.max_problems or None],
-                                                  a.spec),
-                out_path=self.rd.predictions_path(phase, a.name, b),
-                decoding=asked_decoding(self.profile, specs[b], evaluator.run_decoding(cfg.eval, specs[b]), a.spec),
-                seed=seed, resume=False,
-                tokenizer=getattr(a, "tokenizer", None),  # spec items: the agent's chat template
-                progress=lambda n: prog.advance(task, n)) for b, (_, items) in self.benches.items()}
-        self.selector.evaluate(phase, self.agents, advance=lambda n: prog.advance(task, n))
+            scores = self.scores.setdefault(phase, {})[a.name] = {}
+            for b, (_, items) in self.benches.items():
+                scores[b] = evaluator.evaluate(  # ask_as_trained: in a's format
+                    a.generate, specs[b], asked_items(self.profile, specs[b], items[: cfg.eval.max_problems or None],
+                                                      a.spec),
+                    out_path=self.rd.predictions_path(phase, a.name, b),
+                    decoding=asked_decoding(self.profile, specs[b], evaluator.run_decoding(cfg.eval, specs[b]),
+                                            a.spec),
+                    seed=seed, resume=False,
+                    tokenizer=getattr(a, "tokenizer", None),  # spec items: the agent's chat template
+                    progress=advance)
+                log.info("eval %s %s %s: %s", phase, b, a.name, eta.line())
+        self.selector.evaluate(phase, self.agents, advance=advance)
         self.record = self.record.with_phase(phase, time.perf_counter() - t)
         self.write()
         for tr in self.trackers:  # run.trackers mirror the scores at the step they belong to
@@ -338,6 +349,9 @@ class Session:
         cfg, prog, watch, t = self.cfg, self.prog, self.watch, time.perf_counter()
         task = prog.add("train", cfg.run.steps)
         prog.advance(task, self.start)
+        from corl_bench.train.progress import Eta
+
+        eta = Eta(cfg.run.steps, "steps", done=self.start)
         every = cfg.run.checkpoint_every
         for step in range(self.start, cfg.run.steps):
             if watch.stopped:  # a resumed run that had stopped on a collapse alarm: straight to final
@@ -349,6 +363,8 @@ class Session:
             self.history.append(result.metrics)
             stop = watch.observe(step, result.metrics, say=prog.alarm)  # event row; True: stop_on_collapse
             prog.advance(task, 1, status=status_line(result.metrics) + watch.status())
+            eta.advance(1)
+            log.info("train: %s", eta.line())
             if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.run.steps and not stop:
                 self.evaluate(f"step-{step + 1:06d}")  # before the checkpoint: a crash in it is redone on resume
             if every and ((step + 1) % every == 0 or step + 1 == cfg.run.steps or stop):
