@@ -44,6 +44,17 @@ def tiny_qwen():
     return build_tiny("qwen2-bpe")
 
 
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory):
+    """A tiny random qwen2-architecture model saved with ``save_pretrained``, no chat template: an hf-profile agent
+    without downloads (a module may define its own ``tiny_folder``, as test_hf_profile_on_cpu.py does)."""
+    folder = tmp_path_factory.mktemp("tiny") / "tiny"
+    model, tok = build_tiny("qwen2-bpe")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture
 def hub_answers(monkeypatch):
     """The Hugging Face hub counts as reachable and as holding every dataset: for tests that replace its loaders

@@ -20,18 +20,6 @@ from corl_bench.config import Config, ConfigError, RolloutConfig, dump_config, l
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory) -> Path:
-    """A tiny random qwen2-architecture model saved with save_pretrained (an hf-profile agent without downloads)."""
-    from tests.conftest import build_tiny
-
-    folder = tmp_path_factory.mktemp("tiny") / "tiny-explicit"
-    model, tok = build_tiny("qwen2-bpe")
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture()
 def hf_sets(tiny_folder, tmp_path, monkeypatch) -> list[str]:
     """An hf run on the CPU with one tiny agent and the fixtures' data; nothing else set."""

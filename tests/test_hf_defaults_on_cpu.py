@@ -11,19 +11,9 @@ from pathlib import Path
 import pytest
 
 from corl_bench.config import Config, load_config
-from tests.conftest import build_tiny
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 DATA = (f"data.data_dir={FIXTURES}", "data.train=gsm8k-train", "eval.benchmarks=[gsm8k]")
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny") / "tiny"
-    model, tok = build_tiny("qwen2-bpe")
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 def _resolve(*sets: str):
