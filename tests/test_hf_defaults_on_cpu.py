@@ -33,15 +33,15 @@ def test_eta_line_is_linear_in_the_units_done():
 
     now = [100.0]
     eta = Eta(20, "problems", clock=lambda: now[0])
-    assert eta.line() == "0/20 problems, 0 s elapsed"  # nothing done: no estimate yet
+    assert eta.line() == "0/20 problems in 0 s"  # nothing done: no estimate yet
     now[0] += 41
     eta.advance(6)
-    assert eta.line() == "6/20 problems, 41 s elapsed, ETA 96 s"  # 41 s x 14 / 6
+    assert eta.line() == "6/20 problems in 41 s, ETA 96 s"  # 41 s x 14 / 6
     now[0] += 400
     eta.advance(4)
-    assert eta.line() == "10/20 problems, 7 min 21 s elapsed, ETA 7 min 21 s"
+    assert eta.line() == "10/20 problems in 7 min 21 s, ETA 7 min 21 s"
     eta.advance(10)
-    assert eta.line() == "20/20 problems, 7 min 21 s elapsed, done"
+    assert eta.line() == "20/20 problems in 7 min 21 s, done"
 
 
 def test_eta_of_a_resumed_run_times_only_the_steps_it_ran():
@@ -51,7 +51,7 @@ def test_eta_of_a_resumed_run_times_only_the_steps_it_ran():
     eta = Eta(50, "steps", done=40, clock=lambda: now[0])
     now[0] = 30.0
     eta.advance(2)
-    assert eta.line() == "42/50 steps, 30 s elapsed, ETA 2 min 00 s"  # 15 s a step, 8 left
+    assert eta.line() == "42/50 steps in 30 s, ETA 2 min 00 s"  # 15 s a step, 8 left
 
 
 def test_duration_and_eta_seconds():
@@ -75,9 +75,9 @@ def test_an_hf_run_logs_its_evaluation_and_steps_with_an_eta(tiny_folder, tmp_pa
     with caplog.at_level(logging.INFO, logger="corl_bench.train.session"):
         run(cfg, auto_resume=False)
     lines = [r.getMessage() for r in caplog.records if r.name == "corl_bench.train.session"]
-    assert any(ln.startswith("eval base gsm8k a0: 3/3 generations, ") and ln.endswith(", done") for ln in lines), lines
-    assert any(ln.startswith("train: 1/2 steps, ") and ", ETA " in ln for ln in lines), lines
-    assert any(ln.startswith("train: 2/2 steps, ") for ln in lines), lines
+    assert any(ln.startswith("eval base gsm8k a0: 3/3 generations in ") and ln.endswith(", done") for ln in lines), lines
+    assert any(ln.startswith("train: 1/2 steps in ") and ", ETA " in ln for ln in lines), lines
+    assert any(ln.startswith("train: 2/2 steps in ") for ln in lines), lines
 
 
 # ------------------------------------------------------------------------------------------------ defaults

@@ -53,7 +53,7 @@ def eta_seconds(done: float, total: float, elapsed: float) -> float | None:
 
 class Eta:
     """Work done out of ``total`` units since construction, the time elapsed and the time left, as one log line:
-    ``6/20 problems, 41 s elapsed, ETA 95 s``. The estimate is linear in the units (every unit as long as the mean
+    ``6/20 problems in 41 s, ETA 95 s``. The estimate is linear in the units (every unit as long as the mean
     of the done ones), so it is rough while few are done and when units differ (a larger model's generations).
     ``done``: units finished before this process started (a resumed run's steps): counted, not timed."""
 
@@ -69,7 +69,7 @@ class Eta:
         elapsed = self.clock() - self.start
         left = eta_seconds(self.done - self.first, self.total - self.first, elapsed)
         eta = "" if left is None else ", done" if self.done >= self.total else f", ETA {duration(left)}"
-        return f"{self.done}/{self.total} {self.unit}, {duration(elapsed)} elapsed{eta}"
+        return f"{self.done}/{self.total} {self.unit} in {duration(elapsed)}{eta}"
 
 
 class RunProgress:
