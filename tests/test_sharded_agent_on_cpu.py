@@ -161,7 +161,12 @@ def test_two_ranks_update_like_one_rank_and_their_checkpoint_resumes_on_two_and_
     try:
         # rank 0 generates from its full copy of the policy; rank 1 keeps none (no auxiliary model follows it)
         assert [w["full_copy"] for w in sharded.where["ranks"]] == ["cpu", None]
-        assert sharded.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as the ranks (Recipe.threads): sampling a near-uniform tiny model flips on last bits
+        try:
+            assert sharded.generate(PROMPTS, params) == plain.generate(PROMPTS, params)
+        finally:
+            torch.set_num_threads(threads)
         stats1 = sharded.score(first)
         up1 = sharded.update(adv1)
         sharded.save(tmp_path / "two-after-1")
