@@ -163,15 +163,18 @@ def cell_status(spec: SweepSpec, cell: Cell) -> str:
     """finished (under ``output_dir`` or ``keep``) | interrupted | new"""
     from corl_bench.results import RunDir
 
-    if spec.keep and _finished(Path(spec.keep) / "runs" / cell.run_id):
-        return "finished"  # kept (possibly on another machine)
-    run = RunDir(Path(spec.output_dir) / "runs" / cell.run_id)
-    if not run.is_run():
-        return "new"
-    try:
-        return "finished" if run.record().finished else "interrupted"
-    except (OSError, ValueError):
-        return "interrupted"
+    if finished_dir(spec, cell) is not None:
+        return "finished"  # kept (possibly on another machine) or finished here
+    return "interrupted" if RunDir(Path(spec.output_dir) / "runs" / cell.run_id).is_run() else "new"
+
+
+def finished_dir(spec: SweepSpec, cell: Cell) -> Path | None:
+    """The cell's finished run directory: the kept copy first, then ``output_dir``'s; None when it has not finished."""
+    for root in ([spec.keep] if spec.keep else []) + [spec.output_dir]:
+        path = Path(root) / "runs" / cell.run_id
+        if _finished(path):
+            return path
+    return None
 
 
 #: Fields a finished cell may hold otherwise than the sweep resolves now: where it was written, how many threads ran it.
@@ -186,11 +189,9 @@ def check_finished(spec: SweepSpec, cells: Sequence[Cell]) -> None:
     from corl_bench.train.runner import resolve
 
     for cell in cells:
-        if cell_status(spec, cell) != "finished":
+        where = finished_dir(spec, cell)
+        if where is None:
             continue
-        where = Path(spec.keep) / "runs" / cell.run_id
-        if not (spec.keep and _finished(where)):
-            where = Path(spec.output_dir) / "runs" / cell.run_id
         changed = config_diff(stored_config(where), resolve(cell_config(spec, cell)).config.to_dict(),
                               ignore=RESUME_IGNORES | FINISHED_IGNORES)
         if changed:
