@@ -14,8 +14,9 @@ the request type, REINFORCE++ whitening, the multi-turn debate of :mod:`corl_ben
             ...
 
 Everything else — sampling, answer extraction, advantages, the policy update, diagnostics, evaluation — is shared.
-The trainer hands a method only what it may see: every agent's extracted answers and completions, aligned by
-problem. The hidden ground truth is in ``RewardInput.labels`` **only** for methods that declare
+The trainer hands a method only what it may see: every agent's extracted answers and completions (texts, and
+their lengths in tokens: ``AgentRollouts.n_tokens``, ``Completion.n_tokens``; a length penalty counts these, not
+characters), aligned by problem. The hidden ground truth is in ``RewardInput.labels`` **only** for methods that declare
 ``uses_labels = True`` (GT-Reward); for every label-free method it is ``None``.
 
 A method that needs a model besides each agent's policy declares it in :attr:`Method.auxiliary`
@@ -71,6 +72,8 @@ class AgentRollouts:
     answers: list[list[str | None]]  # [P][N] with N = generation_n(K) >= K
     completions: list[list[str]]  # [P][N]
     finished: list[list[bool]]  # [P][N] False where the completion hit the token cap
+    n_tokens: list[list[int]] = field(default_factory=list)  # [P][N] each completion's length in tokens
+    #                                                          (Completion.n_tokens: EOS counted; not characters)
 
 
 @dataclass(frozen=True)

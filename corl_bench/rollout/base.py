@@ -51,6 +51,13 @@ class Completion:
     finished: bool
     """False when the completion hit max_new_tokens without EOS (a clipped generation)"""
 
+    @property
+    def n_tokens(self) -> int:
+        """The completion's length in tokens of its model's tokenizer (``len(token_ids)``, EOS counted when it was
+        produced): what a length penalty should count, not ``len(text)`` (characters). Every engine fills
+        ``token_ids`` (hf, fast, vllm, the sharded and Ray agents'), so this holds for any of them."""
+        return len(self.token_ids)
+
 
 @runtime_checkable
 class RolloutEngine(Protocol):

@@ -52,10 +52,11 @@ def _rows(flat: list[float], k: int) -> list[list[float]]:
 def _rollouts(agent: str, rows: list[list[Any]], extract: Callable[[str], Any] = extract_normalized
               ) -> AgentRollouts:
     """Completions [P][N] -> what a method sees: extracted answers (once, by the shared verifier with
-    ``rollout.extractor``), texts, finished."""
+    ``rollout.extractor``), texts, finished, token counts."""
     return AgentRollouts(agent=agent, answers=[[extract(c.text) for c in row] for row in rows],
                          completions=[[c.text for c in row] for row in rows],
-                         finished=[[c.finished for c in row] for row in rows])
+                         finished=[[c.finished for c in row] for row in rows],
+                         n_tokens=[[c.n_tokens for c in row] for row in rows])
 
 
 def step_rows(result: "StepResult") -> list[dict[str, Any]]:
