@@ -13,6 +13,8 @@ Modelled on lm-evaluation-harness's ``Registry``::
     METHODS.register_lazy("ttrl", "corl_bench.baselines.ttrl:TTRL")
     METHODS.names()          # ['corl', 'ttrl', ...] -- nothing heavy imported
     METHODS.get("CoRL")      # CoRL (case-insensitive, '_' == '-'; "did you mean" on a typo)
+    METHODS.primary("Co-RL") # 'corl': with no exact match, punctuation and spaces are ignored too (one candidate
+                             # or a one-line error naming them)
 
 Extra cohort YAML files can live in any directory listed in ``$CORL_BENCH_COHORTS`` (``os.pathsep``-separated).
 """
@@ -86,6 +88,11 @@ def _import_target(target: str) -> Any:
 def _canon(name: str) -> str:
     """Lookup key: case-insensitive, '_' and '-' equivalent."""
     return name.strip().lower().replace("_", "-")
+
+
+def _loose(name: str) -> str:
+    """Second-chance key: case-, punctuation- and space-insensitive (``Co-RL`` and ``co_rl`` read as ``corl``)."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 def _qualified(obj: Any) -> str | None:
@@ -183,7 +190,7 @@ class Registry(Generic[T]):
         """Return the object bound to ``name``, importing a lazy placeholder if needed."""
         self._ensure_discovered()
         with self._lock:
-            key = self._resolve(name) if isinstance(name, str) else None
+            key = self._resolve(name, loose=True) if isinstance(name, str) else None
             if key is None:
                 raise RegistryError(self._unknown_message(name))
             entry = self._entries[key]
@@ -214,14 +221,17 @@ class Registry(Generic[T]):
             return False
         self._ensure_discovered()
         with self._lock:
-            return self._resolve(name) is not None
+            try:
+                return self._resolve(name, loose=True) is not None
+            except RegistryError:  # ambiguous: get() says which names it could be
+                return False
 
     def primary(self, name: str) -> str:
         """The registered (display) name that ``name`` resolves to (an alias, other case or '-'/'_' spelling);
         the registry's one-line :class:`RegistryError` for an unknown name. Nothing is loaded."""
         self._ensure_discovered()
         with self._lock:
-            key = self._resolve(name) if isinstance(name, str) else None
+            key = self._resolve(name, loose=True) if isinstance(name, str) else None
             if key is None:
                 raise RegistryError(self._unknown_message(name))
             return self._entries[key].name
@@ -231,9 +241,20 @@ class Registry(Generic[T]):
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ValueError(f"invalid {self.kind} name {name!r}: use lowercase letters, digits, '-' and '_'")
 
-    def _resolve(self, name: str) -> str | None:
+    def _resolve(self, name: str, loose: bool = False) -> str | None:
+        """The canonical key of ``name`` (case-insensitive, '_' == '-'), else None; ``loose``: failing that, the one
+        entry whose name or alias equals it with punctuation and spaces ignored (RegistryError naming the candidates
+        when several do). Registration never matches loosely."""
         key = _canon(name)
-        return key if key in self._entries else self._aliases.get(key)
+        found = key if key in self._entries else self._aliases.get(key)
+        if found is not None or not loose or not _loose(name):
+            return found
+        want = _loose(name)
+        hits = sorted({k for k, e in self._entries.items() if any(_loose(n) == want for n in (e.name, *e.aliases))})
+        if len(hits) > 1:
+            names = " or ".join(repr(self._entries[k].name) for k in hits)
+            raise RegistryError(f"{self.kind} {name!r} is ambiguous: it reads as {names}; write one of them exactly")
+        return hits[0] if hits else None
 
     def _add(self, name: str, obj: Any, aliases: Sequence[str]) -> None:
         with self._lock:
