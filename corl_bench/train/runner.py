@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from corl_bench.config import Config, ConfigError, machine_problem
 from corl_bench.profile import Profile, check_profile_class
@@ -21,7 +21,7 @@ from corl_bench.registries import BENCHMARKS, COHORTS, ENGINES, EXTRACTORS, METH
 from corl_bench.registries import RegistryError
 from corl_bench import placement
 
-__all__ = ["Plan", "prepare", "resolve", "run"]
+__all__ = ["Plan", "canonical_names", "prepare", "resolve", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,30 @@ def _placed(cohort: Any, by_name: Any) -> Any:
     return dataclasses.replace(cohort, agents=agents)
 
 
+def canonical_names(cfg: Config) -> Config:
+    """``cfg`` with ``method.name`` and a registered cohort's ``cohort.name`` as registered (``Co-RL`` -> ``corl``,
+    ``GT_Reward`` -> ``gt-reward``, ``Cross-Family`` -> ``cross-family``: case, punctuation and spaces ignored), so
+    run ids, config.yaml and run.json carry the registered name; one log line per name read otherwise. A name that
+    is unknown or ambiguous stays as written (:func:`resolve` refuses it with the candidates)."""
+    for section, registry in (("method", METHODS), ("cohort", COHORTS)):
+        sec = getattr(cfg, section)
+        if section == "cohort" and sec.agents:  # a cohort written out in the config: its name is free
+            continue
+        try:
+            name = registry.primary(sec.name)
+        except RegistryError:
+            continue
+        if name != sec.name:
+            log.warning("%s %r read as %r", section, sec.name, name)
+            cfg = cfg.replace(**{section: dataclasses.replace(sec, name=name)})
+    return cfg
+
+
 def resolve(cfg: Config) -> Plan:
     """Validate everything that can be checked without training; return the resolved plan. Writes nothing.
 
     ``corl-bench validate`` and ``corl-bench run`` both call this first, so validate refuses what run would."""
+    cfg = canonical_names(cfg)
     if cfg.model.profile != _default_profile(cfg):
         _lookup(PROFILES, cfg.model.profile, "model.profile")
     method_cls = _lookup(METHODS, cfg.method.name, "method.name")
@@ -287,13 +307,15 @@ def prepare(cfg: Config) -> Plan:
 
 
 
-def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_resume: bool = True) -> Path:
+def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_resume: bool = True,
+        on_open: Callable[[Path], None] | None = None) -> Path:
     """Train and evaluate one (method, cohort, seed) cell; returns the run directory.
 
     ``resume``: continue that run directory from its last checkpoint (its config must equal ``cfg``). Without it,
     an interrupted run under ``run.output_dir`` with exactly this config is resumed (``auto_resume=False``:
     always start a new run). A finished run is not rerun. The stages are those of
-    :mod:`corl_bench.train.session`; any exception marks the run failed in its run.json.
+    :mod:`corl_bench.train.session`; any exception marks the run failed in its run.json. ``on_open`` is called with
+    the run directory once its run.json is written (the CLI names it in the command that resumes an interrupted run).
     """
     from corl_bench.hostmem import keep_host_memory
     from corl_bench.results import run_lock
@@ -308,6 +330,8 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     # freed CPU memory stays in the process while the run lasts (memory.keep_host_memory): same results, no page
     # faults on the tensors every step allocates again
     with keep_host_memory(plan.config.memory.keep_host_memory), run_lock(run_dir), session:
+        if on_open is not None:  # run.json is written now: `--resume run_dir` continues it
+            on_open(run_dir)
         with RunProgress(console) as prog:
             session.build(prog)  # agents, method, benchmarks, trainer
             session.restore()  # a resumed run: its last checkpoint and history

@@ -119,10 +119,27 @@ def load_sweep(path: Path) -> SweepSpec:
     if raw.get("prune") and not raw.get("keep"):
         raise ConfigError(f"{path}: prune deletes a finished cell's checkpoints once it is kept; set keep: <folder> "
                           "too (or drop prune)")
+    cells = [{**c, "method": _registered("method", c["method"]), "cohort": _registered("cohort", c["cohort"])}
+             for c in cells]
     return SweepSpec(name=name, output_dir=str(raw.get("output_dir") or f"results/sweeps/{name}"),
-                     methods=tuple(raw.get("methods", [])), cohorts=tuple(raw.get("cohorts", [])),
+                     methods=tuple(dict.fromkeys(_registered("method", m) for m in raw.get("methods", []))),
+                     cohorts=tuple(dict.fromkeys(_registered("cohort", c) for c in raw.get("cohorts", []))),
                      seeds=tuple(seeds), set=dict(raw.get("set", {})), cells=tuple(cells),
                      keep=str(raw.get("keep") or ""), prune=bool(raw.get("prune", False)))
+
+
+def _registered(kind: str, name: Any) -> str:
+    """A sweep's method or cohort name as registered (``Co-RL`` -> ``corl``; one log line when it was written
+    otherwise), so its cells' run ids use it; an unknown or ambiguous name stays as written (plan() refuses it)."""
+    from corl_bench.registries import COHORTS, METHODS, RegistryError
+
+    try:
+        primary = (METHODS if kind == "method" else COHORTS).primary(str(name))
+    except RegistryError:
+        return str(name)
+    if primary != str(name):
+        log.warning("%s %r read as %r", kind, name, primary)
+    return primary
 
 
 def cell_config(spec: SweepSpec, cell: Cell) -> Any:
@@ -157,6 +174,50 @@ def plan(spec: SweepSpec) -> tuple[list[Cell], list[str]]:
                 raise ConfigError(f"sweep cell {cell.run_id}: {e}") from None
             cells.append(cell)
     return cells, skipped
+
+
+def select(spec: SweepSpec, cells: Sequence[Cell], wanted: Sequence[str]) -> list[Cell]:
+    """The cells named by run id in ``wanted`` (``corl-bench sweep --cell``), in grid order; all of them when
+    ``wanted`` is empty. An unknown name is a one-line ConfigError with the closest run id and every cell."""
+    import difflib
+
+    ids = [c.run_id for c in cells]
+    for name in wanted:
+        if name not in ids:
+            close = difflib.get_close_matches(name, ids, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ";"
+            raise ConfigError(f"sweep {spec.name} has no cell {name!r}{hint} its cells: {', '.join(ids) or '(none)'}")
+    return [c for c in cells if not wanted or c.run_id in wanted]
+
+
+#: Where ``--rerun`` moves a cell's earlier directories: ``<root>/replaced/<run id>-<time>/``, their ``run.json``
+#: renamed to this (tables and sweeps then do not count the old run; rename it back to restore it).
+REPLACED_RECORD = "run.replaced.json"
+
+
+def set_aside(spec: SweepSpec, cell: Cell) -> list[tuple[Path, Path]]:
+    """Move the cell's directories (under ``output_dir`` and ``keep``) to ``<root>/replaced/<run id>-<time>/`` so
+    that it starts afresh and nothing it wrote is lost; (from, to) for each one moved."""
+    import time
+
+    from corl_bench.results import RunDir
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for root in dict.fromkeys([spec.output_dir] + ([spec.keep] if spec.keep else [])):
+        src = Path(root) / "runs" / cell.run_id
+        if not src.exists():
+            continue
+        dest = Path(root) / "replaced" / f"{cell.run_id}-{stamp}"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dest)
+        record = RunDir(dest).info_path
+        if record.is_file():
+            os.replace(record, dest / REPLACED_RECORD)
+        log.warning("sweep %s: %s moved to %s to run it afresh (its run.json is now %s there)", spec.name, src, dest,
+                    REPLACED_RECORD)
+        moved.append((src, dest))
+    return moved
 
 
 def cell_status(spec: SweepSpec, cell: Cell) -> str:
@@ -254,22 +315,32 @@ def claim(spec: SweepSpec, cell: Cell) -> Iterator[bool]:
 
 
 def run_sweep(spec: SweepSpec, *, console: Any = None, on_cell: Callable[[Cell, str], None] | None = None,
-              threads: int = 0, ray_address: str | None = None, cpus_per_cell: float = 1.0) -> dict[str, list[str]]:
+              threads: int = 0, ray_address: str | None = None, cpus_per_cell: float = 1.0,
+              only: Sequence[str] = (), rerun: bool = False) -> dict[str, list[str]]:
     """Run every cell not yet finished (``threads``: torch threads per cell, 0 = the config's); returns run ids as
     {finished, skipped, elsewhere, resumed, ran, failed}. ``ray_address`` (``""``: a local Ray or
-    ``$RAY_ADDRESS``; ``auto``: the cluster running here): every cell is a Ray task with ``cpus_per_cell`` CPUs."""
+    ``$RAY_ADDRESS``; ``auto``: the cluster running here): every cell is a Ray task with ``cpus_per_cell`` CPUs.
+    ``only``: just these cells (run ids); ``rerun`` (with ``only``): start them afresh, their earlier directories
+    moved aside first (:func:`set_aside`)."""
     import dataclasses
 
+    if rerun and not only:
+        raise ConfigError("--rerun starts named cells afresh; name them with --cell RUN_ID (corl-bench sweep SPEC "
+                          "--dry-run lists them)")
+    if rerun and ray_address is not None:
+        raise ConfigError("--rerun does not run through --ray yet; rerun the cell without --ray")
     if threads:
         spec = dataclasses.replace(spec, set={**spec.set, "model.threads": threads})
     if ray_address is not None:
-        return _run_sweep_ray(spec, console, ray_address, cpus_per_cell)
+        return _run_sweep_ray(spec, console, ray_address, cpus_per_cell, only)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
 
     cells, skipped = plan(spec)
-    check_finished(spec, cells)
+    cells = select(spec, cells, only)
+    if not rerun:  # a rerun cell's earlier config does not matter: it is set aside
+        check_finished(spec, cells)
     out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "elsewhere": [], "resumed": [], "ran": [],
                                  "failed": []}
     console = console or Console(stderr=True)
@@ -284,6 +355,8 @@ def run_sweep(spec: SweepSpec, *, console: Any = None, on_cell: Callable[[Cell, 
                     out["elsewhere"].append(cell.run_id)
                     _plain(console, f"sweep {spec.name}: {cell.run_id} (running in another worker)")
                 else:
+                    if rerun:
+                        set_aside(spec, cell)
                     _run_cell(spec, cell, out, progress, task, console, quiet, on_cell)
             progress.advance(task, 1)
     return out
@@ -346,7 +419,8 @@ def _ray_cell(spec: SweepSpec, cell: Cell, families: dict[str, Any]) -> tuple[st
     return cell.run_id, next(k for k, v in out.items() if v)
 
 
-def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float) -> dict[str, list[str]]:
+def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float, only: Sequence[str] = ()
+                   ) -> dict[str, list[str]]:
     """The grid as Ray tasks: every unfinished cell submitted at once, Ray places them on free CPUs (any node)."""
     from rich.console import Console
 
@@ -354,6 +428,7 @@ def _run_sweep_ray(spec: SweepSpec, console: Any, address: str, cpus: float) -> 
     from corl_bench.train.runner import resolve
 
     cells, skipped = plan(spec)
+    cells = select(spec, cells, only)
     check_finished(spec, cells)
     ray = init_ray(address)
     out: dict[str, list[str]] = {"finished": [], "skipped": skipped, "elsewhere": [], "resumed": [], "ran": [],
