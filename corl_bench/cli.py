@@ -6,8 +6,8 @@ loss name) and ``table`` start quickly.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-
 import logging
 import os
 import sys
@@ -17,12 +17,29 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from corl_bench.config import ConfigError, dump_config, load_config
+from corl_bench.cli_listing import LISTINGS, print_listing
+from corl_bench.cli_flags import RunFlags, aliased, load_run_config, resume_command, run_flags, \
+    sweep_command, version_text
+from corl_bench.config import ConfigError, dump_config
 from corl_bench.registries import RegistryError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Benchmark harness for label-free RL: Co-RL, TTRL, GT-Reward, ... on one GRPO core.")
+                  help="Benchmark harness for label-free RL: Co-RL, TTRL, GT-Reward, ... on one GRPO core. Flags mean "
+                  "one thing in every command: --output-dir a directory that holds several outputs (run directories, "
+                  "table files), --out/-o one output (a file or one result folder), --benchmarks/-b a comma list.")
 console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version (and the git commit of a checkout) and exit")) -> None:
+    """Benchmark harness for label-free RL: Co-RL, TTRL, GT-Reward, ... on one GRPO core."""
 KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles", "engines")
 
 
@@ -50,51 +67,29 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(hub).setLevel(logging.INFO if verbose else logging.ERROR)
 
 
-def _overrides(method: Optional[str], cohort: Optional[str], seed: Optional[int], steps: Optional[int],
-               output_dir: Optional[str], run_id: Optional[str], sets: list[str]) -> list[str]:
-    out = []
-    for key, val in (("method.name", method), ("cohort.name", cohort), ("run.seed", seed), ("run.steps", steps),
-                     ("run.output_dir", output_dir), ("run.run_id", run_id)):
-        if val is not None:
-            out.append(f"{key}={val}")
-    return out + list(sets)
-
-
 @app.command()
-def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="registered method (ls methods)"),
-        cohort: Optional[str] = typer.Option(None, "--cohort", "-c", help="registered cohort (ls cohorts)"),
-        config: Optional[Path] = typer.Option(None, "--config", help="YAML config; flags override it"),
-        seed: Optional[int] = typer.Option(None, "--seed"),
-        steps: Optional[int] = typer.Option(None, "--steps"),
-        output_dir: Optional[str] = typer.Option(None, "--output-dir", help="default results/runs"),
-        run_id: Optional[str] = typer.Option(None, "--run-id"),
-        set_: list[str] = typer.Option([], "--set", "-s", help="override, e.g. --set grpo.lr=3e-5 (repeatable)"),
-        resume: Optional[Path] = typer.Option(None, "--resume", help="continue this run directory from its last "
-                                              "checkpoint (its config.yaml is the config)"),
-        fresh: bool = typer.Option(False, "--fresh", help="never resume an interrupted run with the same config"),
-        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+@run_flags
+def run(flags: RunFlags) -> None:
     """Train + evaluate one (method, cohort, seed) cell; writes results/runs/<run_id>/.
 
-    An interrupted run with exactly the same config is resumed from its last checkpoint (--fresh: start anew)."""
-    _setup_logging(verbose)
+    An interrupted run with exactly the same config is resumed from its last checkpoint (--fresh: start anew);
+    Ctrl-C prints the command that resumes it."""
+    _setup_logging(flags.verbose)
+    opened: list[Path] = []  # the run directory, once the runner has opened it
     try:
-        if resume is not None:
-            from corl_bench.results import RunDir
-
-            if not RunDir(resume).config_path.is_file():
-                raise ConfigError(f"--resume {resume}: no config.yaml there; pass a run directory (results/runs/...)")
-            config = config or RunDir(resume).config_path
-        cfg = load_config(config, _overrides(method, cohort, seed, steps, output_dir, run_id, set_))
-        from corl_bench.train.runner import resolve, run as run_cell
+        cfg = load_run_config(flags)
+        from corl_bench.train.runner import canonical_names, resolve, run as run_cell
         from corl_bench.train.resume import check_resumable
 
-        resolve(cfg)  # fail fast, before torch is imported and before anything is written
-        if resume is not None:
-            check_resumable(resume, resolve(cfg).config)
+        cfg = canonical_names(cfg)  # Co-RL -> corl, said once
+        plan = resolve(cfg)  # fail fast, before torch is imported and before anything is written
+        if flags.resume is not None:
+            check_resumable(flags.resume, plan.config)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # weight-loading bars would break the run's progress display
-        run_dir = run_cell(cfg, console=console, resume=resume, auto_resume=not fresh)
+        run_dir = run_cell(cfg, console=console, resume=flags.resume, auto_resume=not flags.fresh,
+                           on_open=opened.append)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
     except Exception as e:
@@ -105,34 +100,40 @@ def run(method: Optional[str] = typer.Option(None, "--method", "-m", help="regis
             _fail(str(e))
         raise
     except KeyboardInterrupt:
-        _fail("interrupted; the run directory keeps what was written so far (run.json status: failed)")
+        if opened:
+            _fail(f"interrupted; {opened[-1]} keeps what was written so far (run.json status: failed). Resume it "
+                  f"from its last checkpoint with: {resume_command(opened[-1], flags.verbose)}")
+        _fail("interrupted before training started (no run to resume yet): run the same command again")
     console.print(f"run directory: {run_dir}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
-def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (default: built-in defaults)"),
-             config_opt: Optional[Path] = typer.Option(None, "--config", help="YAML config (as in run)"),
-             set_: list[str] = typer.Option([], "--set", "-s", help="override, e.g. --set grpo.lr=3e-5"),
-             method: Optional[str] = typer.Option(None, "--method", "-m"),
-             cohort: Optional[str] = typer.Option(None, "--cohort", "-c"),
+@run_flags
+def validate(flags: RunFlags,
+             config_file: Optional[Path] = typer.Argument(None, metavar="CONFIG", help="YAML config (default: "
+                                                          "built-in defaults; the same as --config)"),
              elsewhere: bool = typer.Option(False, "--elsewhere", help="check the config for another machine: what "
                                             "this one lacks (a CUDA device, a data copy, a reachable hub) is a "
                                             "warning, not an error")) -> None:
-    """Check a config without training: print the resolved config and the derived batch sizes (warnings, e.g. a
-    hub model that will be downloaded, go to stderr). Refuses exactly what ``run`` would refuse before step 1."""
-    _setup_logging(False)
-    if config is not None and config_opt is not None and config != config_opt:
-        _fail(f"two configs given ({config} and --config {config_opt}); pass one")
-    config = config or config_opt
+    """Check a config without training: print the resolved config that run would run with the same flags, the
+    derived batch sizes, and whether it would resume a run (warnings, e.g. a hub model that will be downloaded, go
+    to stderr). Takes every flag of run and refuses exactly what run would refuse before step 1."""
+    _setup_logging(flags.verbose)
+    if config_file is not None and flags.config is not None and config_file != flags.config:
+        _fail(f"two configs given ({config_file} and --config {flags.config}); pass one")
+    if config_file is not None:
+        flags = dataclasses.replace(flags, config=config_file)
     try:
-        cfg = load_config(config, _overrides(method, cohort, None, None, None, None, set_))
+        cfg = load_run_config(flags)
         from contextlib import nullcontext
 
         from corl_bench.config import checking_for_elsewhere
-        from corl_bench.train.runner import resolve
+        from corl_bench.train.runner import canonical_names, resolve
 
+        cfg = canonical_names(cfg)
         with checking_for_elsewhere() if elsewhere else nullcontext():
             plan = resolve(cfg)
+        would = _would_resume(flags, plan.config)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
     cfg = plan.config
@@ -145,6 +146,20 @@ def validate(config: Optional[Path] = typer.Argument(None, help="YAML config (de
     console.print(f"[green]valid.[/] {agents} agent(s); per step and agent: {cfg.rollout.prompts_per_step} prompts "
                   f"x {n} generated ({k} trained) = {cfg.rollout.prompts_per_step * k} trained completions; "
                   f"{cfg.run.steps} steps", highlight=False)
+    console.print(would, highlight=False, markup=False, soft_wrap=True)
+
+
+def _would_resume(flags: RunFlags, cfg: Any) -> str:
+    """What ``run`` with these flags would do with the run directory: resume which one, or start a new one."""
+    from corl_bench.train.resume import check_resumable, find_interrupted
+
+    if flags.resume is not None:
+        check_resumable(flags.resume, cfg)
+        return f"run would resume {flags.resume} from its last checkpoint"
+    found = None if flags.fresh else find_interrupted(Path(cfg.run.output_dir), cfg)
+    if found is not None:
+        return f"run would resume the interrupted run {found} (same config; --fresh starts a new one)"
+    return f"run would start a new run directory under {cfg.run.output_dir}"
 
 
 @app.command("ls")
@@ -157,96 +172,14 @@ def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmark
     if kind not in KINDS:
         _fail(f"unknown kind {kind!r}; valid: {', '.join(KINDS)}")
     try:
-        columns, rows = _LISTINGS[kind](getattr(registries, kind.upper()))
+        columns, rows = LISTINGS[kind](getattr(registries, kind.upper()))
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
-    _print_listing(kind, columns, rows)
-
-
-Listing = tuple[tuple[str, ...], list[tuple[str, ...]]]
-
-
-def _list_methods(reg) -> Listing:
-    rows = [(name, f"{cls.min_agents}+" if cls.max_agents is None else str(cls.min_agents), cls.extra_cost,
-             "yes" if cls.uses_labels else "no", cls.reference) for name, cls in reg.items()]
-    return ("name", "agents", "extra cost", "uses labels", "reference"), rows
-
-
-def _list_cohorts(reg) -> Listing:
-    rows = [(name, c.profile, ", ".join(a.name + (f" [{a.view}]" if a.view != "original" else "") for a in c.agents),
-             c.description) for name, c in reg.items()]
-    return ("name", "profile", "agents (ring order)", "description"), rows
-
-
-def _list_benchmarks(reg) -> Listing:
-    rows = []
-    for name, spec in reg.items():  # BenchmarkSpec objects (corl_bench.eval.specs)
-        dec, src = spec.decoding, spec.source
-        decoding = (("greedy + " if dec.greedy else "") + f"T={dec.temperature} top-p={dec.top_p} "
-                    f"≤{dec.max_new_tokens} tok")
-        if dec.greedy and dec.samples == 0:
-            decoding = f"greedy ≤{dec.max_new_tokens} tok"
-        task = spec.task + ("+image" if spec.modality == "image" else "")
-        rows.append((name, spec.version, task, str(dec.samples), decoding, f"{spec.extractor}/{spec.grader}",
-                     str(src.local or src.suite or "-")))
-    return ("name", "version", "task", "k", "decoding", "extractor/grader", "data"), rows
-
-
-def _list_families(reg) -> Listing:
-    """A family has a ``profile`` and an ``arch``; a micro family also a tokenizer kind and a flaw (a plugin's
-    family need not)."""
-    def flaw(fam: Any) -> str:
-        return f"{fam.flaw} ({fam.p_sys})" if hasattr(fam, "flaw") else "-"
-
-    rows = [(name, fam.profile, fam.arch.replace("Config", ""), str(getattr(fam, "tokenizer", "-")), flaw(fam))
-            for name, fam in reg.items()]
-    return ("name", "profile", "architecture", "tokenizer", "flaw (p_sys)"), rows
-
-
-def _list_profiles(reg) -> Listing:
-    return ("name",), [(name,) for name in reg.names()]
-
-
-def _list_engines(reg) -> Listing:
-    return ("name",), [(name,) for name in reg.names()]
-
-
-_LISTINGS = {"methods": _list_methods, "cohorts": _list_cohorts, "benchmarks": _list_benchmarks,
-             "families": _list_families, "profiles": _list_profiles, "engines": _list_engines}
-
-
-def _print_listing(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """A rich table whose name column is never cut, or plain tab-separated rows where it would not fit."""
-    from rich.table import Table
-    from rich.text import Text
-
-    out = Console()
-    if out.is_terminal and _table_fits(out.width, columns, rows):
-        table = Table(title=title)
-        table.add_column(columns[0], no_wrap=True, min_width=max(len(r[0]) for r in [columns, *rows]))
-        for col in columns[1:]:
-            table.add_column(col, overflow="fold")
-        for row in rows:
-            table.add_row(*(Text(cell) for cell in row))  # Text: "[rephrased]" is not markup
-        out.print(table)
-        return
-    for row in (columns, *rows):
-        typer.echo("\t".join(" ".join(cell.split()) for cell in row))
-
-
-def _table_fits(width: int, columns: tuple[str, ...], rows: list[tuple[str, ...]], room: int = 10) -> bool:
-    """Whether the whole name column plus ``room`` cells for each other column (less for a column whose longest
-    word is shorter) fits: rich then wraps those columns and folds only words longer than the room they get."""
-    from rich.cells import cell_len
-
-    cols = list(zip(columns, *rows))
-    words = [max(cell_len(w) for cell in col for w in cell.split() or [""]) for col in cols[1:]]
-    need = max(cell_len(c) for c in cols[0]) + sum(min(w, room) for w in words) + 3 * len(cols) + 1
-    return need <= width
+    print_listing(kind, columns, rows)
 
 
 @app.command()
-def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r"),
+def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r", help="where the runs are read"),
           metrics: str = typer.Option("avg_k", "--metric", "--metrics", help="comma list of avg_k (sampled pass@1), "
                                       "greedy, maj_k, pass_k; one column group each, Avg and Δ use the first"),
           fmt: Optional[str] = typer.Option(None, "--format", "-f", help="md | latex | csv | html (printed, or "
@@ -257,7 +190,9 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
                                                   "ours (or its table on its own where nothing overlaps)"),
           backbone: Optional[str] = typer.Option(None, "--backbone", help="paper backbone to show on its own, "
                                                  "e.g. Qwen2.5-3B (implies --reference paper)"),
-          out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="where table.md/table.csv go (default: results dir)"),
+          out_dir: Optional[Path] = typer.Option(None, "--output-dir", help="where table.md/table.csv go (default: "
+                                                 "results dir)"),
+          out_dir_old: Optional[Path] = typer.Option(None, "--out-dir", hidden=True, help="deprecated: --output-dir"),
           se: bool = typer.Option(False, "--se", help="show each cell's evaluation standard error (sd over problems "
                                   "/ sqrt(problems)) after mean ± sd; the CSV always has it")) -> None:
     """Paper-style results of every run under results/, recomputed from stored predictions."""
@@ -265,6 +200,7 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
 
     chosen = tuple(m.strip() for m in metrics.split(",") if m.strip())
     try:
+        out_dir = aliased("--output-dir", out_dir, "--out-dir", out_dir_old)
         table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, fmt=fmt, out=out, reference=reference,
                        backbone=backbone, console=Console(), err_console=console, se=se)
     except ValueError as e:
@@ -281,18 +217,23 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
           ray_address: str = typer.Option("", "--ray-address", help="with --ray: e.g. auto (the cluster started "
                                            "here with `ray start --head`) or ray://host:10001"),
           cpus_per_cell: float = typer.Option(1.0, "--cpus-per-cell", help="with --ray: CPUs Ray reserves per cell"),
-          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+          cells: list[str] = typer.Option([], "--cell", help="run only this cell, by run id (repeatable; --dry-run "
+                                          "lists them)"),
+          rerun: bool = typer.Option(False, "--rerun", help="with --cell: start those cells afresh; their earlier "
+                                     "directories are moved to <output_dir>/replaced/<run id>-<time>/ (and <keep>/"
+                                     "replaced/), run.json renamed run.replaced.json so tables skip them"),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="log every stage (INFO)")) -> None:
     """Run a grid of methods x cohorts x seeds one cell after another; finished cells are skipped, interrupted
-    ones resumed. Start it in several shells to run cells in parallel (each cell is claimed by one worker), or
+    ones resumed (--cell RUN_ID: only that cell; --rerun: afresh). Start it in several shells to run cells in parallel (each cell is claimed by one worker), or
     with --ray to run the cells as Ray tasks on a machine or a cluster."""
-    from corl_bench.train.sweep import cell_status, describe, load_sweep, plan, run_sweep
+    from corl_bench.train.sweep import cell_status, describe, load_sweep, plan, run_sweep, select
 
     _setup_logging(verbose)
     try:
         spec = load_sweep(spec_path)
         if dry_run:
-            cells, skipped = plan(spec)
-            for cell in cells:
+            planned, skipped = plan(spec)
+            for cell in select(spec, planned, cells):
                 Console().print(f"{cell.run_id}: {cell_status(spec, cell)}", highlight=False)
             for line in skipped:
                 Console().print(f"skipped {line}", highlight=False)
@@ -307,11 +248,13 @@ def sweep(spec_path: Path = typer.Argument(..., help="sweep YAML: methods, cohor
         if (ray or ray_address) and importlib.util.find_spec("ray") is None:
             _fail("--ray needs Ray: pip install -c constraints-cpu.txt -e '.[ray]'")
         result = run_sweep(spec, console=console, threads=threads, ray_address=ray_address if ray or ray_address
-                           else None, cpus_per_cell=cpus_per_cell)
+                           else None, cpus_per_cell=cpus_per_cell, only=cells, rerun=rerun)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
-        _fail("interrupted; run the same sweep again to resume it")
+        _fail("interrupted; finished cells are kept and the interrupted one resumes from its last checkpoint with: "
+              + sweep_command(spec_path, threads=threads, ray=ray, ray_address=ray_address,
+                              cpus_per_cell=cpus_per_cell, cells=cells, verbose=verbose))
     for line in describe(result):
         console.print(line, highlight=False)
     if result["failed"]:
@@ -324,13 +267,16 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
                                         "else downloaded first), of any causal LM or vision-language model (an "
                                         "image-text-to-text checkpoint loads with its own processor); a model entry "
                                         "(smol, gemma3-270m); or a micro family"),
-          benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="comma list (corl-bench ls benchmarks)"),
+          benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b", help="comma list (corl-bench ls "
+                                                   "benchmarks); required"),
+          benchmark: Optional[str] = typer.Option(None, "--benchmark", hidden=True, help="same as --benchmarks"),
           data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
-          out: Optional[Path] = typer.Option(None, "--out", help="for a model: results dir (default results/evals/<name>)"),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="for a model: its result folder (default "
+                                             "results/evals/<name>); a run's go into the run directory"),
           phase: str = typer.Option("final", "--phase", help="for a run: final checkpoints or base models"),
           engine: str = typer.Option("ours", "--engine", help="ours | lm-eval | vlmevalkit (image benchmarks, "
                                      "through the VLMEvalKit bridge)"),
-          seed: int = typer.Option(0, "--seed"),
+          seed: int = typer.Option(0, "--seed", help="sampling seed"),
           max_problems: Optional[int] = typer.Option(None, "--max-problems", help="first N problems (a stated subset)"),
           samples: Optional[int] = typer.Option(None, "--samples", help="override the spec's k"),
           max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap"),
@@ -343,14 +289,18 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
                                                   "extractor, e.g. answer_tag (the paper's <answer> format)"),
           max_image_side: int = typer.Option(0, "--max-image-side", help="image benchmarks: downscale images to "
                                              "this longer side first (the paper's VLM protocol: 1024); 0 = off"),
-          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="log every stage (INFO)")) -> None:
     """Evaluate language and vision-language models on benchmark specs; per-sample predictions are kept and a re-run
     skips what exists. Image benchmarks (MathVision, MathVerse, MathVista, We-Math) need a vision-language model."""
     from corl_bench.eval.targets import run_eval
 
     _setup_logging(verbose)
-    names = [b.strip() for b in benchmarks.split(",") if b.strip()]
     try:
+        benchmarks = aliased("--benchmarks", benchmarks, "--benchmark", benchmark, deprecated=False)
+        names = [b.strip() for b in (benchmarks or "").split(",") if b.strip()]
+        if not names:
+            raise ConfigError("no benchmark given; pass --benchmarks/-b, e.g. -b gsm8k,math500 (corl-bench ls "
+                              "benchmarks)")
         run_eval(target, names, data_dir=data_dir, phase=phase, out=out, seed=seed, max_problems=max_problems,
                  overrides={"samples": samples, "max_new_tokens": max_new_tokens}, engine=engine,
                  code_timeout=code_timeout, workers=workers, chunk=chunk, judge=judge, extractor=extractor,
@@ -365,14 +315,21 @@ app.add_typer(data_app, name="data")
 
 
 @data_app.command("prepare")
-def data_prepare(benchmarks: str = typer.Option(..., "--benchmarks", "-b", help="comma list"),
-                 dest: Path = typer.Option(..., "--dest", help="directory to freeze the data into"),
+def data_prepare(benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b", help="comma list; required"),
+                 benchmark: Optional[str] = typer.Option(None, "--benchmark", hidden=True, help="same as --benchmarks"),
+                 out: Optional[Path] = typer.Option(None, "--out", "-o", help="the folder to freeze the data into; "
+                                                    "required"),
+                 dest: Optional[Path] = typer.Option(None, "--dest", hidden=True, help="deprecated: --out"),
                  data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where to read from (else env/hub)")) -> None:
-    """Freeze benchmarks to DEST in the local schema with sha256 checksums (then use --data-dir DEST)."""
+    """Freeze benchmarks to the --out folder in the local schema with sha256 checksums (then use --data-dir there)."""
     from corl_bench.eval.specs import get_spec
     from corl_bench.eval.data import prepare
 
     try:
+        benchmarks = aliased("--benchmarks", benchmarks, "--benchmark", benchmark, deprecated=False)
+        dest = aliased("--out", out, "--dest", dest)
+        if not benchmarks or dest is None:
+            raise ConfigError("pass --benchmarks/-b and --out, e.g. corl-bench data prepare -b gsm8k --out frozen/")
         specs = [get_spec(b.strip()) for b in benchmarks.split(",") if b.strip()]
         manifest = prepare(specs, dest, data_dir)
     except (ConfigError, RegistryError) as e:
@@ -385,13 +342,15 @@ def data_prepare(benchmarks: str = typer.Option(..., "--benchmarks", "-b", help=
 def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family, folder, smol, RUN_DIR[:agent], "
                                              "MODEL@SEED (seed-only partner); with --from-predictions: "
                                              "RUN_DIR[:agent], a predictions .jsonl or its folder"),
-          benchmark: str = typer.Option(..., "--benchmark", "-b", help="one benchmark (corl-bench ls benchmarks)"),
+          benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b", help="one benchmark (corl-bench ls "
+                                                  "benchmarks); required"),
+          benchmarks: Optional[str] = typer.Option(None, "--benchmarks", hidden=True, help="same as --benchmark"),
           samples: int = typer.Option(1, "--samples", help="paired draws averaged (paper: 1)"),
           temperature: float = typer.Option(0.8, "--temperature", help="sampling temperature (paper: 0.8)"),
           greedy: bool = typer.Option(False, "--greedy", help="greedy decoding (stored: the greedy rows) instead"),
           max_problems: Optional[int] = typer.Option(None, "--max-problems", help="first N problems"),
           max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap"),
-          out: Optional[Path] = typer.Option(None, "--out", help="predictions + probe.json/probe.md (default "
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="predictions + probe.json/probe.md (default "
                                              "results/probe/<benchmark>-<decoding>; reuse it to resume)"),
           seed: int = typer.Option(0, "--seed", help="sampling seed of models without @SEED"),
           phase: str = typer.Option("base", "--phase", help="for runs: base (pre-RL) or final"),
@@ -399,7 +358,7 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
                                                 "predictions (sample_index 0.. of the sampled rows)"),
           data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
           chunk: int = typer.Option(32, "--chunk", help="problems per generation batch; saved per chunk"),
-          verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="log every stage (INFO)")) -> None:
     """Pre-RL error-overlap probe of every pair of models: Cohen's kappa on right/wrong, c (exactly one right),
     w (both wrong, same answer), u (at least one right), accuracies; writes probe.json + probe.md."""
     from corl_bench.report import probe as probe_cmd
@@ -407,6 +366,7 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
     _setup_logging(verbose)
     say = Console() if Console().is_terminal else Console(width=160)  # a pipe or file gets whole rows
     try:
+        benchmark = _one_benchmark(benchmark, benchmarks)
         if from_predictions:
             rep = probe_cmd.probe_from_predictions(models, benchmark, phase=phase, greedy=greedy, samples=samples,
                                                    max_problems=max_problems, out=out)
@@ -427,6 +387,14 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
     say.print(f"wrote {paths[0]} and {paths[1]}", highlight=False)
 
 
+def _one_benchmark(benchmark: Optional[str], benchmarks: Optional[str]) -> str:
+    """The one benchmark of probe and ensemble, under --benchmark/-b or --benchmarks (one-line ConfigError)."""
+    name = aliased("--benchmark", benchmark, "--benchmarks", benchmarks, deprecated=False)
+    if not name or "," in name:
+        raise ConfigError(f"pass one benchmark with --benchmark/-b (got {name!r}), e.g. -b gsm8k")
+    return name.strip()
+
+
 @app.command()
 def warmstart(families: Optional[list[str]] = typer.Argument(None, help="micro families (default: every one that "
                                                              "ships a checkpoint)"),
@@ -434,7 +402,7 @@ def warmstart(families: Optional[list[str]] = typer.Argument(None, help="micro f
                                           "compare with the shipped checkpoint (weights' sha256, stop step, dev acc.)"),
               write: bool = typer.Option(False, "--write", help="warm-start here (the cached build is reused) and "
                                          "write it into corl_bench/micro/checkpoints/ (after changing a recipe)"),
-              verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+              verbose: bool = typer.Option(False, "--verbose", "-v", help="log every stage (INFO)")) -> None:
     """The shipped micro checkpoints: list them, check that a rebuild on this machine matches them (--verify; exit 1
     when one differs: the shipped one stays in use), or rebuild and ship them (--write)."""
     import tempfile
@@ -484,10 +452,12 @@ def warmstart(families: Optional[list[str]] = typer.Argument(None, help="micro f
 
 @app.command()
 def ensemble(runs: list[str] = typer.Argument(..., help="RUN_DIR:agent RUN_DIR:agent, or one RUN_DIR with two agents"),
-             benchmark: str = typer.Option(..., "--benchmark", "-b"),
+             benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b", help="one benchmark; required"),
+             benchmarks: Optional[str] = typer.Option(None, "--benchmarks", hidden=True, help="same as --benchmark"),
              phase: str = typer.Option("final", "--phase", help="base or final predictions of the runs"),
              per_model: int = typer.Option(4, "--per-model", help="samples pooled from each model (paper: 4)"),
-             json_out: Optional[Path] = typer.Option(None, "--json", help="write the scores to this JSON file")) -> None:
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the scores to this JSON file"),
+             json_out: Optional[Path] = typer.Option(None, "--json", hidden=True, help="deprecated: --out")) -> None:
     """Test-time ensemble control: maj@(2 x per-model) over the pooled samples of two models vs each model's own."""
     from dataclasses import asdict
 
@@ -495,6 +465,8 @@ def ensemble(runs: list[str] = typer.Argument(..., help="RUN_DIR:agent RUN_DIR:a
     from corl_bench.results import write_json
 
     try:
+        benchmark = _one_benchmark(benchmark, benchmarks)
+        json_out = aliased("--out", out, "--json", json_out)
         scores, sources = probe_cmd.ensemble_from_runs(runs, benchmark, phase=phase, per_model=per_model)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))
@@ -510,7 +482,7 @@ def ensemble(runs: list[str] = typer.Argument(..., help="RUN_DIR:agent RUN_DIR:a
 def report(results_dir: Path = typer.Argument(..., help="a sweep's output_dir or any results dir holding runs"),
            out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file (default DIR/report.html)"),
            samples: int = typer.Option(3, "--samples", help="sample completions per run and agent (last logged step)"),
-           verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+           verbose: bool = typer.Option(False, "--verbose", "-v", help="log every stage (INFO)")) -> None:
     """One self-contained HTML page: results table, gains over base, training dynamics and samples of every run."""
     from corl_bench.report.html import ReportError, build_report
 

@@ -136,9 +136,9 @@ def test_a_sweep_keeps_an_explicit_default_value_and_its_cell_config_is_what_val
 
 
 def test_a_flag_is_a_written_key(hf_sets):
-    from corl_bench.cli import _overrides
+    from corl_bench.cli_flags import RunFlags, load_run_config
 
-    cfg = load_config(None, _overrides("ttrl", "mine", 0, 50, None, None, hf_sets[2:]))
+    cfg = load_run_config(RunFlags(method="ttrl", cohort="mine", seed=0, steps=50, set_=tuple(hf_sets[2:])))
     assert {"method.name", "cohort.name", "run.seed", "run.steps"} <= cfg.set_keys
 
 
