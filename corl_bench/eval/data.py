@@ -94,7 +94,7 @@ def _images_note(spec: BenchmarkSpec) -> str:
     config = f" (config {hub['name']})" if hub.get("name") else ""
     versions = f" (versions {', '.join(spec.source.versions)})" if spec.source.versions else ""
     return (f"; the rows with their images{versions} come from the hub dataset {hub.get('path')}{config}: freeze "
-            f"them where it is reachable with corl-bench data prepare -b {spec.name} --dest DIR")
+            f"them where it is reachable with corl-bench data prepare -b {spec.name} --out DIR")
 
 
 def check_available(spec: BenchmarkSpec, data_dir: str | Path | None = None, field: str = "eval.benchmarks") -> None:
@@ -105,7 +105,7 @@ def check_available(spec: BenchmarkSpec, data_dir: str | Path | None = None, fie
         return
     searched = ", ".join(str(d) for d in data_dirs(data_dir)) or "no data directory given"
     local = f"DIR/{spec.source.local}" if spec.source.local else "DIR"
-    fix = (f"set data.data_dir=DIR (or ${DATA_ENV}) with {local}; `corl-bench data prepare -b {spec.name} --dest DIR` "
+    fix = (f"set data.data_dir=DIR (or ${DATA_ENV}) with {local}; `corl-bench data prepare -b {spec.name} --out DIR` "
            "writes it on a machine that reaches the hub")
     from corl_bench.config import machine_problem
 

@@ -71,7 +71,7 @@ def _hub_hint(spec: BenchmarkSpec) -> str:
         return "no hub copy is known for it"
     where = ", ".join(f"{k} {hub[k]}" for k in ("name", "split") if hub.get(k))
     return (f"or use the hub copy ({hub['path']}{f', {where}' if where else ''}; needs `datasets` and hub access): "
-            f"corl-bench data prepare -b {spec.name} --dest DIR with no local copy on the search path, then "
+            f"corl-bench data prepare -b {spec.name} --out DIR with no local copy on the search path, then "
             "--data-dir DIR")
 
 
@@ -245,6 +245,6 @@ def select_versions(spec: BenchmarkSpec, rows: list[dict[str, Any]], origin: str
                           f"{', '.join(sorted(have)) or 'none'}); they come from the hub dataset {hub.get('path')}"
                           f"{name}: run where the hub is reachable (`datasets` installed) with no local "
                           f"{spec.source.local} on the search path, or freeze it there with corl-bench data prepare "
-                          f"-b {spec.name} --dest DIR")
+                          f"-b {spec.name} --out DIR")
     keep = set(wanted)
     return [r for r in rows if str(r.get(field)) in keep]

@@ -119,6 +119,6 @@ def _show(table: PaperTable, fmt: Optional[str], targets: Sequence[tuple[Path, s
             atomic_write_text(path, render_text(table, kind))
         except OSError as exc:
             _say(err, f"warning: cannot write {path} ({exc.strerror or exc}); choose another place with "
-                 "--out FILE or --out-dir DIR", "yellow")
+                 "--out FILE or --output-dir DIR", "yellow")
             continue
         _say(err, f"wrote {path}")
