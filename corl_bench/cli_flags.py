@@ -17,6 +17,7 @@ import functools
 import inspect
 import logging
 import shlex
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -94,7 +95,8 @@ def run_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=t) for n, t, opt in shared]
     own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
     command.__signature__ = inspect.Signature(own + params)  # type: ignore[attr-defined]
-    hints = {k: v for k, v in getattr(func, "__annotations__", {}).items() if k != "flags"}
+    # resolved types, not strings: typer would evaluate strings in this module's namespace
+    hints = {k: v for k, v in typing.get_type_hints(func).items() if k not in ("flags", "return")}
     command.__annotations__ = {**hints, **{n: t for n, t, _ in shared}}
     del command.__wrapped__  # typer must read the signature above, not func's
     return command
