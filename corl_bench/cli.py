@@ -40,6 +40,8 @@ def _print_version(value: bool) -> None:
 def _main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="print the version (and the git commit of a checkout) and exit")) -> None:
     """Benchmark harness for label-free RL: Co-RL, TTRL, GT-Reward, ... on one GRPO core."""
+
+
 KINDS = ("methods", "cohorts", "benchmarks", "families", "profiles", "engines")
 
 
