@@ -163,6 +163,21 @@ def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmark
     _print_listing(kind, columns, rows)
 
 
+@app.command("config")
+def config_reference(key: Optional[str] = typer.Argument(None, help="a section (grpo) or one key (grpo.lr); "
+                                                         "nothing: the list of sections")) -> None:
+    """Print the config reference: the sections, a section's keys, or one key's type, default and meaning.
+
+    The documentation site's Configuration keys page is generated from the same field docstrings."""
+    from corl_bench.docref import describe
+
+    try:
+        text = describe(key)
+    except ConfigError as e:
+        _fail(str(e))
+    typer.echo(text)
+
+
 Listing = tuple[tuple[str, ...], list[tuple[str, ...]]]
 
 
