@@ -11,6 +11,7 @@ installed entry point may belong to another checkout). A failure names the file,
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import inspect
@@ -213,6 +214,28 @@ def test_every_config_field_has_a_docstring() -> None:
 
 def _dotted(data: dict, prefix: str = "") -> list[str]:
     return [f"{prefix}{k}" for k in data] if prefix else [f"{s}.{k}" for s, body in data.items() for k in body]
+
+
+def test_every_method_option_has_a_docstring() -> None:
+    """Every field of a method's options dataclass (``class ...Options`` in trainers/, baselines/ and the debate
+    options they share) has a docstring under it: the Methods page shows it as the option's meaning. Read from this
+    checkout's files with :mod:`ast` (an editable install may import another checkout's trainers/baselines)."""
+    files = [*sorted((REPO / "trainers").glob("*.py")), *sorted((REPO / "baselines").glob("*.py")),
+             REPO / "corl_bench" / "debate.py"]
+    missing, seen = [], 0
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ClassDef) and node.name.endswith("Options")):
+                continue
+            body = node.body
+            for field, after in zip(body, [*body[1:], None]):
+                if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+                    seen += 1
+                    if not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                            and isinstance(after.value.value, str)):
+                        missing.append(f"{path.relative_to(REPO)}:{field.lineno}: {node.name}.{field.target.id}")
+    assert seen > 10
+    assert missing == [], "write a docstring under each of these options"
 
 
 def test_the_config_page_has_every_key_of_a_default_config() -> None:
