@@ -219,12 +219,13 @@ def config_page() -> str:
     out += ["| section | what it holds |", "|---|---|"]
     out += [f"| [`{name}`](#{name}) | {md(summaries.get(name, ''))} |" for name in sections()]
     out.append("")
+    all_keys = config_keys()
     for name, cls in sections().items():
         out += [f"## `{name}` {{ #{name} }}", "", md(summaries.get(name, "")), ""]
         cls_doc = inspect.getdoc(cls)
         if cls_doc and not cls_doc.startswith(cls.__name__ + "("):
             out += [md(paragraphs(cls_doc)), ""]
-        keys = [k for k in config_keys() if k.key.split(".")[0] == name]
+        keys = [k for k in all_keys if k.key.split(".")[0] == name]
         for k in keys:
             out += _key_md(k)
             if k.key == AGENT_PREFIX:
