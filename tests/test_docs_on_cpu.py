@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import os
@@ -98,13 +99,24 @@ def workdir(tmp: Path, root: Path = REPO) -> tuple[Path, dict[str, str]]:
         if (root / name).exists():
             (work / name).symlink_to(root / name)
     cli = shim / "corl-bench"
-    cli.write_text(f'#!/bin/sh\nPYTHONPATH="{root}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" '
-                   '-m corl_bench "$@"\n', encoding="utf-8")
+    path = "" if _installed_is(root) else f'PYTHONPATH="{root}${{PYTHONPATH:+:$PYTHONPATH}}" '
+    cli.write_text(f'#!/bin/sh\n{path}exec "{sys.executable}" -m corl_bench "$@"\n', encoding="utf-8")
     cli.chmod(0o755)
     env = {**os.environ, "PATH": os.pathsep.join([str(shim), str(Path(sys.executable).parent),
                                                   os.environ.get("PATH", "")]),
            "NO_COLOR": "1", "COLUMNS": "200"}
     return work, env
+
+
+@functools.lru_cache(maxsize=None)
+def _installed_is(root: Path) -> bool:
+    """Whether this interpreter imports ``root``'s corl_bench from outside the checkout (an editable install of it):
+    then the shim needs no PYTHONPATH, which would hide the trainers/baselines/benchmarks packages of a
+    non-editable install."""
+    proc = subprocess.run([sys.executable, "-c", "import corl_bench; print(corl_bench.__file__)"], cwd=root.anchor,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, capture_output=True,
+                          text=True, timeout=120)
+    return proc.returncode == 0 and Path(proc.stdout.strip()).resolve().parent == (root / "corl_bench").resolve()
 
 
 def run_block(block: Block, work: Path, env: dict[str, str], timeout: int) -> str | None:
