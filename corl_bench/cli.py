@@ -180,6 +180,21 @@ def ls(kind: str = typer.Argument("methods", help="methods | cohorts | benchmark
     print_listing(kind, columns, rows)
 
 
+@app.command("config")
+def config_reference(key: Optional[str] = typer.Argument(None, help="a section (grpo) or one key (grpo.lr); "
+                                                         "nothing: the list of sections")) -> None:
+    """Print the config reference: the sections, a section's keys, or one key's type, default and meaning.
+
+    The documentation site's Configuration keys page is generated from the same field docstrings."""
+    from corl_bench.docref import describe
+
+    try:
+        text = describe(key)
+    except ConfigError as e:
+        _fail(str(e))
+    typer.echo(text)
+
+
 @app.command()
 def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r", help="where the runs are read"),
           metrics: str = typer.Option("avg_k", "--metric", "--metrics", help="comma list of avg_k (sampled pass@1), "

@@ -133,7 +133,9 @@ class RolloutConfig:
     samples_per_prompt: int = 8
     """K completions per prompt and agent (the GRPO group size)"""
     temperature: float = 1.0
+    """sampling temperature of the rollouts (1.0 = the model's own distribution)"""
     top_p: float = 1.0
+    """nucleus sampling: draw from the smallest set of tokens whose probabilities sum to top_p; 1.0 = off"""
     max_new_tokens: int = 40
     """completion cap; completions that hit it count as clipped"""
     max_batch: int = 0
@@ -167,17 +169,25 @@ class GRPOConfig:
     lr: float = 5e-5
     """AdamW learning rate (constant); the critical knob for label-free runs"""
     betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW's decay rates of the first and second moment estimates"""
     weight_decay: float = 0.0
+    """AdamW's decoupled weight decay; 0 = none"""
     scale_std: bool = True
     """divide group advantages by the group std (False = Dr. GRPO advantage)"""
     adv_eps: float = 1e-6
+    """added to the group std before the advantages are divided by it (a group whose rewards are all equal gets
+    advantage 0, not a division by zero)"""
     clip_low: float = 0.2
+    """the policy ratio is clipped to [1 - clip_low, 1 + clip_high] (PPO); inactive with one update per rollout
+    batch, as in the paper (the ratio is then 1)"""
     clip_high: float = 0.2
+    """upper clip of the policy ratio (1 + clip_high); above clip_low is DAPO's clip-higher"""
     loss_agg: str = "token-mean"
     """token-mean (TRL bnpo) | seq-mean-token-mean (grpo) | seq-mean-token-sum-norm (dr_grpo)"""
     kl_coef: float = 0.0
     """k3 KL to the initial policy; 0 as in the paper (no reference model is kept)"""
     max_grad_norm: float = 1.0
+    """the gradients' global norm is clipped to this before each optimiser step"""
     behaviour_is_cap: float = 0.0
     """> 0: weight each token's policy-gradient term by min(exp(logp - logp_engine), cap), the truncated importance
     ratio against the rollout engine's own log-probs (TRL's vllm_importance_sampling_correction, cap 3.0): corrects
@@ -228,6 +238,7 @@ class MemoryConfig:
     lora_alpha: float = 0.0
     """LoRA scaling numerator (scale = alpha / rank); 0 = 2 x rank"""
     lora_dropout: float = 0.0
+    """dropout on the LoRA adapters' input while training; 0 = none"""
     lora_targets: tuple[str, ...] = ("all-linear",)
     """modules that get adapters: all-linear (every linear layer but the LM head) or names, e.g. [q_proj,v_proj]"""
     autocast: str = "off"
@@ -344,6 +355,7 @@ class CohortConfig:
     profile: str = ""
     """the profile whose families the agents name (filled from the registered cohort)"""
     description: str = ""
+    """one line on the cohort (shown by ``corl-bench ls cohorts``)"""
     paper_row: str = ""
     """the paper's row this cohort reproduces: different-family | same-family | different-family+ | three-agent
     (tables label it so and ``--reference paper`` sets the paper's row beside it); empty = none"""
@@ -358,14 +370,18 @@ class CohortConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     benchmarks: tuple[str, ...] = ("micro-test",)
+    """registered benchmarks every agent is evaluated on (``corl-bench ls benchmarks``); not set: the profile's
+    own suites where it has them (micro: micro-test)"""
     samples: int = 8
     """samples per problem for sampled pass@1 (avg@k) and maj@k"""
     temperature: float = 1.0
+    """sampling temperature of the sampled evaluation (avg@k, maj@k)"""
     greedy: bool = True
     """also decode greedily (greedy pass@1)"""
     max_problems: int = 0
     """evaluate only the first N problems of each benchmark; 0 = all"""
     max_new_tokens: int = 40
+    """completion cap in evaluation"""
     before: bool = True
     """evaluate every agent before training (its base score)"""
     every: int = 0
@@ -456,14 +472,17 @@ TRACKERS = ("wandb", "tensorboard")
 @dataclass(frozen=True)
 class RunConfig:
     seed: int = 0
+    """the run's seed: prompt order, sampling, evaluation draws (each agent adds its ``seed_offset``)"""
     steps: int = 50
     """training steps (one rollout batch and one update per agent per step)"""
     output_dir: str = "results/runs"
+    """where run directories are created (one per run, named ``run_id``)"""
     run_id: str = ""
     """directory name under output_dir; empty = <method>-<cohort>-s<seed>-<timestamp>"""
     log_samples_every: int = 10
     """write sample logs (prompt, completion, answer, pseudo-label, truth, reward) every N steps"""
     samples_per_log: int = 4
+    """problems per agent written to the sample log each time (their first completion)"""
     save_checkpoints: bool = True
     """save every agent's final weights as a save_pretrained folder (checkpoints/final/<agent>)"""
     checkpoint_every: int = 10

@@ -236,6 +236,16 @@ class Registry(Generic[T]):
                 raise RegistryError(self._unknown_message(name))
             return self._entries[key].name
 
+    def target(self, name: str) -> str | None:
+        """``"module:attr"`` that ``name`` is bound to, without loading it: a placeholder's target, or where the
+        registered class or function is defined; None for a registered data object (a cohort, a spec)."""
+        self._ensure_discovered()
+        with self._lock:
+            key = self._resolve(name) if isinstance(name, str) else None
+            if key is None:
+                raise RegistryError(self._unknown_message(name))
+            return _qualified(self._entries[key].value)
+
     # -- internals --------------------------------------------------------------------
     def _check_name(self, name: str) -> None:
         if not isinstance(name, str) or not _NAME_RE.match(name):
