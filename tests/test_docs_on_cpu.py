@@ -261,7 +261,7 @@ def test_the_config_page_has_every_key_of_a_default_config() -> None:
 
 
 def _typer_commands() -> list[tuple[str, list[str]]]:
-    """(command path, option names) of every command, read from the typer app's registrations (not its click tree)."""
+    """(command path, option names; hidden aliases left out) of every command, read from the typer app's registrations (not its click tree)."""
     from corl_bench import cli
 
     def walk(app, prefix: str) -> list[tuple[str, list[str]]]:
@@ -271,6 +271,7 @@ def _typer_commands() -> list[tuple[str, list[str]]]:
             hints = typing.get_type_hints(info.callback, include_extras=True)  # Annotated[..., typer.Option(...)]
             opts = [d for p in inspect.signature(info.callback).parameters.values()
                     for spec in (p.default, *getattr(hints.get(p.name), "__metadata__", ()))
+                    if not getattr(spec, "hidden", False)  # a deprecated alias is not documented
                     for d in getattr(spec, "param_decls", None) or () if d.startswith("-")]
             out.append((f"{prefix} {name}", opts))
         for group in app.registered_groups:
