@@ -168,6 +168,9 @@ class AgentResult:
     def own_delta(self, metric: str, benchmarks: Sequence[str]) -> tuple[Optional[float], str]:
         """(its final average of ``metric`` over ``benchmarks`` minus its own base-phase average, "") when both
         phases were evaluated on the same problems; else (None, why not in a few words)."""
+        missing = [b for b in benchmarks if b not in self.final]
+        if missing:
+            return None, f"no final-phase evaluation of {', '.join(missing)}"
         if not self.base:
             return None, "no base-phase evaluation"
         for bench in benchmarks:

@@ -282,10 +282,11 @@ def _on_items(r: AgentResult, items: dict[str, frozenset[str]], phase: str) -> s
 def _row_delta(where: str, g: _Group, metric: str, benchmarks: Sequence[str], has_base: bool,
                notes: list[str]) -> Optional[float]:
     """Mean over the row's seeds of each run's own Δ (:meth:`AgentResult.own_delta`); a note says where it is not
-    shown or leaves seeds out (not for a block without any base-phase evaluation: its warning says so)."""
+    shown or leaves seeds out (not for a block without any base-phase evaluation, nor for a seed without an Avg:
+    their warnings say so)."""
     deltas = {r.seed: r.own_delta(metric, benchmarks) for r in g.members}
     shown = [d for d, _ in deltas.values() if d is not None]
-    missing = {s: why for s, (d, why) in deltas.items() if d is None}
+    missing = {s: why for s, (d, why) in deltas.items() if d is None and not why.startswith("no final-phase")}
     if missing and (has_base or any(why != "no base-phase evaluation" for why in missing.values())):
         reasons: dict[str, list[int]] = {}
         for seed, why in missing.items():
