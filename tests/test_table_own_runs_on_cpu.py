@@ -106,6 +106,19 @@ def test_delta_not_shown_where_base_and_final_cover_different_problems(tmp_path:
     assert rows["gt-reward"].delta("avg_k", ["micro"]) is None and pct(rows["corl"].delta("avg_k", ["micro"])) == 10.0
 
 
+def test_base_row_leaves_out_a_seed_whose_base_covers_other_problems(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    make_run(root, "ttrl-s0", "ttrl", 0, {Q: (300, 180)}, {Q: (300, 162)})
+    make_run(root, "ttrl-s1", "ttrl", 1, {Q: (300, 186)}, {Q: (300, 165)})
+    make_run(root, "corl-s2", "corl", 2, {Q: (60, 33)}, {Q: (60, 30)})
+    table = build(root)
+    base = row(table, "Base")
+    assert base.seeds == (0, 1) and pct(base.cells[-1].mean) == 54.5
+    assert ("qwen2-bpe / Base: seed 2 left out: no run evaluated its base on the block's problems (corl-s2, micro: "
+            "the Base row on 300 items, its base on 60).") in table.footer
+    assert pct(row(table, "Co-RL (cross-family)").delta) == 5.0
+
+
 def test_items_differ_says_why_in_a_few_words() -> None:
     a, b = frozenset({"p1", "p2"}), frozenset({"p1", "p3"})
     assert items_differ(a, a) == ""

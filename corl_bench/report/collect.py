@@ -12,7 +12,7 @@ Public API (no torch or transformers; layout, render and table build on it, noth
 
 Δ is taken per run against its own base-phase evaluation, and only where both phases hold the same problem ids
 (:meth:`AgentResult.own_delta`, :meth:`Row.delta`). Two runs of the same cell are never pooled: the newer is kept
-(:func:`collect_results` says which one it set aside).
+(:func:`collect_results` says which one it set aside; :mod:`corl_bench.report.duplicates`).
 
 Run directories are read through :class:`corl_bench.results.RunDir` (``run.json`` as a
 :class:`corl_bench.record.RunRecord`: method, cohort, paper_row, seed, tag, status, agents, steps, ...;
@@ -36,6 +36,7 @@ from typing import Any, Optional, Sequence
 from corl_bench.config import PAPER_ROWS
 from corl_bench.eval.metrics import METRICS, BenchmarkScores, score_predictions
 from corl_bench.record import RunRecord
+from corl_bench.report.duplicates import newest_of_each_cell
 from corl_bench.results import CONFIG, RunDir, read_jsonl
 from corl_bench.results import find_runs as find_run_dirs
 
@@ -483,61 +484,10 @@ def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str 
         warnings.extend(run_warnings)
         if info is not None:
             loaded.append((run, run_results, info))
-    kept, duplicates = _newest_of_each_cell(loaded)
+    kept, duplicates = newest_of_each_cell(loaded)
     warnings.extend(duplicates)
     return Collected(tuple(r for _, run_results, _ in kept for r in run_results),
                      tuple(info for _, _, info in kept), tuple(warnings), tuple(duplicates))
-
-
-def _cell_key(record: RunRecord) -> tuple[Any, ...]:
-    """What makes two runs the same cell of a grid: method, cohort, tag, seed, evaluated model and agents."""
-    agents = tuple((a.name, a.family or "") for a in record.agents or ())
-    return record.method, record.cohort, record.tag or "", record.seed, record.model or "", agents
-
-
-def _started(run: RunDir, record: RunRecord) -> tuple[float, str]:
-    """(seconds since the epoch, "YYYY-MM-DD HH:MM") of when a run started: run.json ``started_at``, else
-    ``finished_at``, else the time run.json was last written."""
-    import datetime as dt
-
-    for stamp in (record.started_at, record.finished_at):
-        try:
-            when = dt.datetime.fromisoformat(stamp) if stamp else None
-        except ValueError:
-            when = None
-        if when is not None:
-            when = when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
-            return when.timestamp(), stamp[:16].replace("T", " ")  # type: ignore[index]
-    try:
-        mtime = run.info_path.stat().st_mtime
-    except OSError:
-        return 0.0, "unknown"
-    return mtime, dt.datetime.fromtimestamp(mtime, dt.timezone.utc).strftime("%Y-%m-%d %H:%M") + " (file time)"
-
-
-def _newest_of_each_cell(loaded: Sequence[tuple[RunDir, list[AgentResult], RunProtocol]]
-                         ) -> tuple[list[tuple[RunDir, list[AgentResult], RunProtocol]], list[str]]:
-    """The runs with the newest of each cell kept (in their order), and one line per run set aside."""
-    cells: dict[tuple[Any, ...], list[int]] = {}
-    for i, (_, _, info) in enumerate(loaded):
-        cells.setdefault(_cell_key(info.record), []).append(i)
-    aside: set[int] = set()
-    lines = []
-    for indices in cells.values():
-        if len(indices) < 2:
-            continue
-        times = {i: _started(loaded[i][0], loaded[i][2].record) for i in indices}
-        ordered = sorted(indices, key=lambda i: (-times[i][0], loaded[i][2].rel))
-        keep = ordered[0]
-        record, rel = loaded[keep][2].record, loaded[keep][2].rel
-        cell = f"{record.method} / {record.cohort}" + (f" [{record.tag}]" if record.tag else "") + \
-            f" / seed {record.seed}" + (f" / {record.model}" if record.model else "")
-        for other in ordered[1:]:
-            aside.add(other)
-            newer = "newer" if times[keep][0] > times[other][0] else "same start time; first by path"
-            lines.append(f"duplicate run {cell}: kept {rel} ({newer}, started {times[keep][1]}), set aside "
-                         f"{loaded[other][2].rel} (started {times[other][1]}); see it with -r {loaded[other][0].path}")
-    return [run for i, run in enumerate(loaded) if i not in aside], lines
 
 
 def pool_scores(per_seed: Sequence[Scores]) -> tuple[Scores, Scores]:
