@@ -8,7 +8,10 @@ The table is built in layers whose imports point one way (none of them imports t
   footer (imports collect);
 * :mod:`corl_bench.report.render` - md / LaTeX / CSV / HTML / rich (imports collect and layout);
 * this module - :func:`main` (what ``corl-bench table`` does: print, write files) and :func:`html` (the table as an
-  embeddable HTML fragment); it imports all three.
+  embeddable HTML fragment); it imports all three. Where the runs are: ``results/runs`` by default (the user's own
+  runs), a committed study by name (:func:`study_dir`, :func:`studies`: a directory directly under ``results/`` that
+  holds runs, other than ``runs/``). Warnings are printed in full or as one line (:func:`warnings_summary`, by
+  :func:`warning_kind`); a run set aside for a newer one of the same cell is always named.
 
 Files are written with :func:`corl_bench.results.atomic_write_text`.
 """
