@@ -172,6 +172,11 @@ def test_warnings_are_summarised_in_one_line_and_listed_with_the_flag(tmp_path: 
                          "git commit (2 commits over 3 runs)."]  # python, platform, seed, argv, dates: not named
     assert env_lines[0] in (tmp_path / "q" / "table.md").read_text(encoding="utf-8")  # files keep the footer
     assert "warning" not in (tmp_path / "q" / "table.md").read_text(encoding="utf-8")
+    runner = CliRunner()
+    res = runner.invoke(app, ["table", "-r", str(root), "--out", str(tmp_path / "cli.md")])
+    assert res.exit_code == 0 and "4 warnings (2 kinds)" in res.output and "warning: " not in res.output
+    res = runner.invoke(app, ["table", "-r", str(root), "-W", "--out", str(tmp_path / "cli.md")])
+    assert res.exit_code == 0 and res.output.count("warning: ") == 4 and "--warnings shows them" not in res.output
 
 
 def test_same_environments_give_no_line(tmp_path: Path) -> None:
