@@ -147,6 +147,19 @@ def test_a_duplicate_run_is_set_aside_for_the_newer_with_one_line(tmp_path: Path
     assert text.count("duplicate run") == 1 and f"note: {line}" in text
 
 
+def test_many_duplicates_give_three_lines_and_a_count(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    for seed in range(5):
+        for where, day in (("old", "01"), ("runs", "06")):
+            make_run(results / where, f"ttrl-s{seed}", "ttrl", seed, {Q: (10, 5)}, {Q: (10, 4)},
+                     started=f"2026-12-{day}T10:00:00+00:00")
+    console = Console(file=io.StringIO(), width=400)
+    main(results, console=console, show_warnings=False, out_dir=tmp_path / "out")
+    notes = [ln for ln in console.file.getvalue().splitlines() if ln.startswith("note: ")]
+    assert len(notes) == 4 and all("kept runs/ttrl-s" in ln for ln in notes[:3])
+    assert notes[3] == "note: 2 more run(s) set aside for another; --warnings lists them"
+
+
 # ------------------------------------------------------------------------------------------ warnings and environments
 def test_warnings_are_summarised_in_one_line_and_listed_with_the_flag(tmp_path: Path) -> None:
     root = tmp_path / "runs"
