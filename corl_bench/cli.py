@@ -196,7 +196,12 @@ def config_reference(key: Optional[str] = typer.Argument(None, help="a section (
 
 
 @app.command()
-def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r", help="where the runs are read"),
+def table(results_dir: Optional[Path] = typer.Option(None, "--results-dir", "-r", help="the runs to show: every "
+                                                    "run.json below DIR (default results/runs, where `corl-bench run` "
+                                                    "writes; a run's --output-dir, a study, or one run directory)"),
+          study: Optional[str] = typer.Option(None, "--study", help="a committed study by name: the directory "
+                                              "results/NAME (any directory directly under results/ that holds runs, "
+                                              "other than runs/), e.g. real-study, micro-study"),
           metrics: str = typer.Option("avg_k", "--metric", "--metrics", help="comma list of avg_k (sampled pass@1), "
                                       "greedy, maj_k, pass_k; one column group each, Avg and Δ use the first"),
           fmt: Optional[str] = typer.Option(None, "--format", "-f", help="md | latex | csv | html (printed, or "
@@ -208,18 +213,28 @@ def table(results_dir: Path = typer.Option(Path("results"), "--results-dir", "-r
           backbone: Optional[str] = typer.Option(None, "--backbone", help="paper backbone to show on its own, "
                                                  "e.g. Qwen2.5-3B (implies --reference paper)"),
           out_dir: Optional[Path] = typer.Option(None, "--output-dir", help="where table.md/table.csv go (default: "
-                                                 "results dir)"),
+                                                 "the results dir; with --study NAME results/tables/NAME)"),
           out_dir_old: Optional[Path] = typer.Option(None, "--out-dir", hidden=True, help="deprecated: --output-dir"),
           se: bool = typer.Option(False, "--se", help="show each cell's evaluation standard error (sd over problems "
-                                  "/ sqrt(problems)) after mean ± sd; the CSV always has it")) -> None:
-    """Paper-style results of every run under results/, recomputed from stored predictions."""
+                                  "/ sqrt(problems)) after mean ± sd; the CSV always has it"),
+          show_warnings: bool = typer.Option(False, "--warnings", "-W", help="print every warning (default: one "
+                                             "summary line), with the runs behind each environment difference")) -> None:
+    """Paper-style results of your runs (results/runs, or -r DIR; a committed study with --study NAME), recomputed
+    from stored predictions; Δ is each run's gain over its own base evaluation on the same problems."""
     from corl_bench.report import table as table_mod
 
     chosen = tuple(m.strip() for m in metrics.split(",") if m.strip())
     try:
+        if study is not None and results_dir is not None:
+            raise ValueError(f"give --study {study} or -r {results_dir}, not both (--study NAME is -r "
+                             f"{table_mod.RESULTS_ROOT}/NAME)")
         out_dir = aliased("--output-dir", out_dir, "--out-dir", out_dir_old)
-        table_mod.main(results_dir, metrics=chosen, out_dir=out_dir, fmt=fmt, out=out, reference=reference,
-                       backbone=backbone, console=Console(), err_console=console, se=se)
+        if study is not None and out_dir is None and out is None:  # never write into a committed study
+            out_dir = table_mod.RESULTS_ROOT / "tables" / study
+        where = (table_mod.study_dir(study) if study is not None else
+                 results_dir if results_dir is not None else table_mod.RESULTS_ROOT / table_mod.RUNS_DIR)
+        table_mod.main(where, metrics=chosen, out_dir=out_dir, fmt=fmt, out=out, reference=reference,
+                       backbone=backbone, console=Console(), err_console=console, se=se, show_warnings=show_warnings)
     except ValueError as e:
         _fail(str(e))
 

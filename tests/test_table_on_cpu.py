@@ -214,7 +214,7 @@ def test_mean_sd_n_and_delta_against_the_blocks_base(world_table: PaperTable) ->
     ttrl = q["TTRL"]  # seeds: 60/40 and 40/40
     assert [pct(c) for c in ttrl.cells] == [(50.0, 14.1421, 2), (40.0, 0.0, 2), (45.0, 7.0711, 2)]
     assert ttrl.delta == pytest.approx(0.05)
-    a1 = q["Co-RL (same family) a1-qwen2-bpe"]  # Δ against the block's Base (40), not its own base (40 + 0)
+    a1 = q["Co-RL (same family) a1-qwen2-bpe"]  # Δ against its own base (Q1_BASE: 40, as the block's Base here)
     assert pct(a1.cells[-1]) == (50.0, None, 1) and a1.delta == pytest.approx(0.10)
     corl_llama = lm["Co-RL (cross-family)"]  # three seeds: 40, 50, 60
     assert [pct(c) for c in corl_llama.cells] == [(50.0, 10.0, 3)] * 3 and corl_llama.delta == pytest.approx(0.30)

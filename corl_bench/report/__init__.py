@@ -13,5 +13,7 @@ Imports point one way (tests/test_architecture_on_cpu.py)::
                           ^
                        table (``corl-bench table``)  <-  html (``corl-bench report``, with plots)
 
-study, plots and probe read through collect / results; overlap and controls are pure functions of prediction rows.
+collect keeps the newest run of a grid cell through duplicates; layout lists env.json differences through
+environments (which reads collect's RunProtocol). study, plots and probe read through collect / results; overlap and
+controls are pure functions of prediction rows.
 """

@@ -62,7 +62,7 @@ class TableRow:
     seeds: tuple[int, ...]
     run_ids: tuple[str, ...]
     cells: tuple[Stat, ...]  # one per value column, then the Avg
-    delta: Optional[float]  # Avg minus the block's Base Avg
+    delta: Optional[float]  # mean over seeds of each run's Avg minus its own base Avg (same problems)
     marks: tuple[str, ...] = ()  # "b" / "u" / "" per value column, Avg and delta
 
 
@@ -108,6 +108,7 @@ class PaperTable:
     side: tuple[ref.PaperBlock, ...] = ()  # the paper's side tables (n3, comas, ensLLM, decPool), ours beside
     side_notes: tuple[tuple[str, str], ...] = ()  # (paper table key, footer line) about our rows in a side table
     show_se: bool = False  # text formats print each cell's evaluation standard error ("62.3 ± 1.2 [se 0.8]")
+    notices: tuple[str, ...] = ()  # warnings that say a run was set aside for another (also in ``warnings``)
 
 
 def fmt_pct(value: Optional[float]) -> str:

@@ -7,7 +7,12 @@ Public API (no torch or transformers; layout, render and table build on it, noth
   (damaged runs are skipped and named there).
 * :func:`collect` ``(results_dir) -> (list[Row], list[str])`` - the same aggregated over seeds: one :class:`Row`
   per (method, cohort, tag, agent); :func:`aggregate` does it on an already-read :class:`Collected`.
-* :func:`check_metrics`, :data:`METRIC_LABELS`, :func:`natural_key`, :func:`rel_path`, :func:`row_grader_for`.
+* :func:`check_metrics`, :data:`METRIC_LABELS`, :func:`natural_key`, :func:`rel_path`, :func:`row_grader_for`,
+  :func:`items_differ` (why two evaluations do not cover the same problems).
+
+Δ is taken per run against its own base-phase evaluation, and only where both phases hold the same problem ids
+(:meth:`AgentResult.own_delta`, :meth:`Row.delta`). Two runs of the same cell are never pooled: the newer is kept
+(:func:`collect_results` says which one it set aside; :mod:`corl_bench.report.duplicates`).
 
 Run directories are read through :class:`corl_bench.results.RunDir` (``run.json`` as a
 :class:`corl_bench.record.RunRecord`: method, cohort, paper_row, seed, tag, status, agents, steps, ...;
@@ -31,14 +36,15 @@ from typing import Any, Optional, Sequence
 from corl_bench.config import PAPER_ROWS
 from corl_bench.eval.metrics import METRICS, BenchmarkScores, score_predictions
 from corl_bench.record import RunRecord
+from corl_bench.report.duplicates import newest_of_each_cell
 from corl_bench.results import CONFIG, RunDir, read_jsonl
 from corl_bench.results import find_runs as find_run_dirs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_METRICS", "FORMATS", "METRIC_LABELS", "TABLE_METRICS", "AgentResult", "Collected", "DamagedRun",
-           "Row", "RunProtocol", "aggregate", "check_metrics", "collect", "collect_results", "find_runs", "natural_key",
-           "pool_scores", "rel_path", "row_grader_for"]
+__all__ = ["DEFAULT_METRICS", "ENV_KEYS", "FORMATS", "METRIC_LABELS", "TABLE_METRICS", "AgentResult", "Collected",
+           "DamagedRun", "Row", "RunProtocol", "aggregate", "check_metrics", "collect", "collect_results", "find_runs",
+           "items_differ", "natural_key", "pool_scores", "rel_path", "row_grader_for"]
 
 Scores = dict[str, dict[str, Optional[float]]]  # benchmark -> metric -> value (fraction in [0, 1])
 
@@ -50,6 +56,8 @@ METRIC_LABELS: dict[str, str] = {
     "extraction_failure": "no-answer", "clipped": "clipped",
 }
 DECODING_KEYS: tuple[str, ...] = ("samples", "temperature", "top_p", "greedy", "max_new_tokens", "max_problems")
+#: env.json keys besides ``packages`` that tables compare between runs (seed, argv and created_at differ by design).
+ENV_KEYS: tuple[str, ...] = ("python", "platform", "machine", "git_commit")
 
 
 class DamagedRun(Exception):
@@ -99,6 +107,7 @@ class Row:
     run_ids: tuple[str, ...] = ()
     tag: str = ""  # run.json "tag" (a variant such as "budget-matched"); "" = none
     base_per_seed: tuple[Scores, ...] = ()  # base-phase scores of each run ({} where absent)
+    base_matches: tuple[frozenset[str], ...] = ()  # per run: benchmarks whose base and final items are the same
 
     def avg(self, metric: str, benchmarks: Sequence[str]) -> tuple[Optional[float], Optional[float]]:
         """(mean, sd over seeds) of the mean of ``metric`` over ``benchmarks``; None where missing."""
@@ -107,9 +116,21 @@ class Row:
         return _bench_avg(self.scores, metric, benchmarks), sd
 
     def delta(self, metric: str, benchmarks: Sequence[str]) -> Optional[float]:
-        """``avg`` of the final phase minus the same average over the base phase; None if missing."""
-        final, base = self.avg(metric, benchmarks)[0], _bench_avg(self.base, metric, benchmarks)
-        return None if final is None or base is None else final - base
+        """Mean over seeds of each run's own Δ: its final average of ``metric`` over ``benchmarks`` minus its own
+        base-phase average, over the seeds whose base was evaluated on the same problems as their final phase
+        (``base_matches``); None where no seed has one. A Row built without per-seed scores compares the pooled
+        means."""
+        if not self.per_seed or len(self.base_per_seed) != len(self.per_seed):
+            final, base = self.avg(metric, benchmarks)[0], _bench_avg(self.base, metric, benchmarks)
+            return None if final is None or base is None else final - base
+        deltas = []
+        for i, (final_scores, base_scores) in enumerate(zip(self.per_seed, self.base_per_seed)):
+            if self.base_matches and not set(benchmarks) <= self.base_matches[i]:
+                continue
+            final, base = _bench_avg(final_scores, metric, benchmarks), _bench_avg(base_scores, metric, benchmarks)
+            if final is not None and base is not None:
+                deltas.append(final - base)
+        return _mean(deltas)
 
 
 @dataclass(frozen=True)
@@ -131,10 +152,52 @@ class AgentResult:
     phase: str = "final"  # which evaluation phase ``final`` holds (run.json ``selection``, else "final")
     paper_row: str = ""  # the paper row its cohort reproduces (run.json ``paper_row``; "" in runs written before it)
     train_set: str = ""  # the run's training set (config.yaml ``data.train``; "" when unset or unreadable)
+    final_items: Mapping[str, frozenset[str]] = field(default_factory=dict)  # benchmark -> problem ids of ``final``
+    base_items: Mapping[str, frozenset[str]] = field(default_factory=dict)  # benchmark -> problem ids of ``base``
 
     def metrics(self, phase: str = "final") -> Scores:
         """benchmark -> metric -> value for ``phase`` ("final": the reported checkpoint, or "base")."""
         return {b: s.metrics() for b, s in getattr(self, phase).items()}
+
+    def base_matches(self, benchmarks: Optional[Sequence[str]] = None) -> frozenset[str]:
+        """The benchmarks (of ``benchmarks``, default all of the final phase) whose base-phase predictions cover
+        exactly the problems of the final phase (its own Δ can be taken there)."""
+        names = self.final if benchmarks is None else benchmarks
+        return frozenset(b for b in names if b in self.final and b in self.base
+                         and self.final_items.get(b) == self.base_items.get(b))
+
+    def own_delta(self, metric: str, benchmarks: Sequence[str]) -> tuple[Optional[float], str]:
+        """(its final average of ``metric`` over ``benchmarks`` minus its own base-phase average, "") when both
+        phases were evaluated on the same problems; else (None, why not in a few words)."""
+        missing = [b for b in benchmarks if b not in self.final]
+        if missing:
+            return None, f"no final-phase evaluation of {', '.join(missing)}"
+        if not self.base:
+            return None, "no base-phase evaluation"
+        for bench in benchmarks:
+            if bench not in self.base:
+                return None, f"no base-phase evaluation of {bench}"
+            why = items_differ(self.base_items.get(bench), self.final_items.get(bench))
+            if why:
+                return None, f"{bench}: {why}"
+        final = _bench_avg(self.metrics("final"), metric, benchmarks)
+        base = _bench_avg(self.metrics("base"), metric, benchmarks)
+        if final is None or base is None:
+            return None, f"no {METRIC_LABELS.get(metric, metric)} value in one of the phases"
+        return final - base, ""
+
+
+def items_differ(base: Optional[frozenset[str]], final: Optional[frozenset[str]], first: str = "base",
+                 second: str = "final") -> str:
+    """"" when two evaluations cover the same problems; else why not, in a few words ("base on 300 items, final on
+    60"; "base and final on different items (60 each)")."""
+    if base == final:
+        return ""
+    if base is None or final is None:
+        return f"{first if base is None else second} items not recorded"
+    if len(base) != len(final):
+        return f"{first} on {len(base)} items, {second} on {len(final)}"
+    return f"{first} and {second} on different items ({len(base)} each, {len(base & final)} shared)"
 
 
 @dataclass(frozen=True)
@@ -151,6 +214,7 @@ class RunProtocol:
     run_id: str = ""  # run.json "run_id", else the directory name
     engine: Optional[str] = None  # config.yaml rollout.backend (the engine that generated its evaluations); None: unknown
     packages: tuple[tuple[str, str], ...] = ()  # env.json "packages": (name, version); () when unrecorded
+    environment: Optional[tuple[tuple[str, str], ...]] = None  # env.json ENV_KEYS as (key, value); None: no env.json
 
     @property
     def stopped_after(self) -> Optional[int]:
@@ -165,6 +229,7 @@ class Collected:
     results: tuple[AgentResult, ...]
     runs: tuple[RunProtocol, ...]
     warnings: tuple[str, ...]
+    duplicates: tuple[str, ...] = ()  # one line per run set aside for a newer one of the same cell (also in warnings)
 
 
 def find_runs(results_dir: Path) -> list[Path]:
@@ -201,8 +266,9 @@ def row_grader_for(benchmark: str) -> Any:
 
 
 def _load_phase(run: RunDir, phase: str, agent: str, rel: str, warnings: list[str],
-                versions: dict[str, set[str]]) -> dict[str, BenchmarkScores]:
-    """benchmark -> scores for every predictions file of ``agent`` in ``phase`` ({} if none); collects versions."""
+                versions: dict[str, set[str]], items: dict[str, frozenset[str]]) -> dict[str, BenchmarkScores]:
+    """benchmark -> scores for every predictions file of ``agent`` in ``phase`` ({} if none); collects versions and
+    each benchmark's problem ids into ``items``."""
     out = {}
     for bench in run.benchmarks(phase, agent):
         name = rel_path(run.predictions_path(phase, agent, bench), run.path)
@@ -214,6 +280,7 @@ def _load_phase(run: RunDir, phase: str, agent: str, rel: str, warnings: list[st
             out[bench] = score_predictions(rows, row_grader_for(bench))
         except ValueError as exc:
             raise DamagedRun(f"{name}: {exc}") from exc
+        items[bench] = frozenset(str(r["problem_id"]) for r in rows)
         versions.setdefault(bench, set()).update(
             str(r["benchmark_version"]) for r in rows if r.get("benchmark_version") is not None)
     return out
@@ -296,19 +363,25 @@ def _protocol(run: RunDir, rel: str, record: RunRecord, versions: dict[str, set[
     seen = tuple((b, v) for b in sorted(versions) for v in sorted(versions[b]))
     rollout = cfg.get("rollout") if cfg else None
     engine = rollout.get("backend", "hf") if isinstance(rollout, Mapping) else None  # hf: RolloutConfig's default
+    packages, environment = _environment(run)
     return RunProtocol(record, rel, steps, decoding, seen, run_id=record.run_id or run.name,
-                       engine=engine if isinstance(engine, str) else None, packages=_packages(run))
+                       engine=engine if isinstance(engine, str) else None, packages=packages,
+                       environment=environment)
 
 
-def _packages(run: RunDir) -> tuple[tuple[str, str], ...]:
-    """env.json's package versions, sorted; () when the file is missing or unreadable."""
+def _environment(run: RunDir) -> tuple[tuple[tuple[str, str], ...], Optional[tuple[tuple[str, str], ...]]]:
+    """env.json's package versions, sorted (() when unrecorded), and its :data:`ENV_KEYS` as (key, value) (None when
+    the file is missing or unreadable)."""
     try:
-        packages = run.env().get("packages")
+        env = run.env()
     except (OSError, UnicodeDecodeError, ValueError):
-        return ()
-    if not isinstance(packages, Mapping):
-        return ()
-    return tuple(sorted((str(k), str(v)) for k, v in packages.items() if v is not None))
+        return (), None
+    if not isinstance(env, Mapping):
+        return (), None
+    packages = env.get("packages")
+    packs = (tuple(sorted((str(k), str(v)) for k, v in packages.items() if v is not None))
+             if isinstance(packages, Mapping) else ())
+    return packs, tuple((key, str(env[key])) for key in ENV_KEYS if env.get(key) is not None)
 
 
 def selected_phases(record: RunRecord) -> tuple[Optional[tuple[str, str]], dict[str, str]]:
@@ -360,13 +433,15 @@ def _load_run(run: RunDir, rel: str, phase: str, base_phase: str,
         if use != phase and not run.benchmarks(use, name):
             warnings.append(f"{rel}: {name}'s selected phase {use} has no predictions; showing {phase}")
             use = phase
-        final = _load_phase(run, use, name, rel, warnings, versions)
-        base = _load_phase(run, base_phase, name, rel, warnings, versions)
+        final_items: dict[str, frozenset[str]] = {}
+        base_items: dict[str, frozenset[str]] = {}
+        final = _load_phase(run, use, name, rel, warnings, versions, final_items)
+        base = _load_phase(run, base_phase, name, rel, warnings, versions, base_items)
         if not final:
             missing.append(name)
             continue
         results.append(AgentResult(run_id, rel, method, cohort, tag, name, index, agent.family or "",
-                                   seed, profile, final, base, use, paper_row, train_set))
+                                   seed, profile, final, base, use, paper_row, train_set, final_items, base_items))
     if not results:
         suffix = "" if status == "finished" else f" (status {status!r})"
         return [], None, warnings + [f"{rel} has no predictions for phase {phase}{suffix}; skipped"]
@@ -389,11 +464,12 @@ def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str 
     """Every readable run under ``results_dir``: per-agent results, run infos (in run order) and warnings.
 
     ``phase`` "final" reports each agent's selected checkpoint where run.json records an ``eval.select`` choice
-    (``selected=False``: always the final one)."""
+    (``selected=False``: always the final one). Two runs of the same cell (method, cohort, tag, seed, evaluated model
+    and agents) are never pooled: the newer (run.json ``started_at``, else the file's time) is kept and a line in
+    ``duplicates`` (and ``warnings``) names both and how to see the other."""
     results_dir = Path(results_dir)
     warnings: list[str] = []
-    results: list[AgentResult] = []
-    runs: list[RunProtocol] = []
+    loaded: list[tuple[RunDir, list[AgentResult], RunProtocol]] = []
     for run in find_run_dirs(results_dir):
         rel = rel_path(run.path, results_dir)
         try:
@@ -406,10 +482,12 @@ def collect_results(results_dir: Path, *, phase: str = "final", base_phase: str 
             warnings.append(f"skipping {rel}: unexpected {type(exc).__name__}: {exc}")
             continue
         warnings.extend(run_warnings)
-        results.extend(run_results)
         if info is not None:
-            runs.append(info)
-    return Collected(tuple(results), tuple(runs), tuple(warnings))
+            loaded.append((run, run_results, info))
+    kept, duplicates = newest_of_each_cell(loaded)
+    warnings.extend(duplicates)
+    return Collected(tuple(r for _, run_results, _ in kept for r in run_results),
+                     tuple(info for _, _, info in kept), tuple(warnings), tuple(duplicates))
 
 
 def pool_scores(per_seed: Sequence[Scores]) -> tuple[Scores, Scores]:
@@ -442,7 +520,8 @@ def _aggregate(members: list[AgentResult], warnings: list[str]) -> Row:
     base = pool_scores(base_per_seed)[0]
     ks = {b: tuple(sorted({r.final[b].k for r in members if b in r.final and r.final[b].k})) for b in scores}
     return Row(first.method, first.cohort, first.agent, first.family, seeds, scores, base, scores_sd, per_seed,
-               ks, tuple(r.run_id for r in members), first.tag, base_per_seed)
+               ks, tuple(r.run_id for r in members), first.tag, base_per_seed,
+               tuple(r.base_matches() for r in members))
 
 
 def aggregate(collected: Collected) -> tuple[list[Row], list[str]]:

@@ -196,7 +196,8 @@ def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[B
     names = ", ".join(METRIC_LABELS[m] for m in metrics)
     groups = " (one column group per metric)" if len(metrics) > 1 else ""
     lines = [f"Values: {names} in percent{groups}, mean ± sample sd over seeds (n = seeds); "
-             f"Avg = mean of {first} over the {len(benchmarks)} benchmark(s); Δ = Avg − Base Avg.",
+             f"Avg = mean of {first} over the {len(benchmarks)} benchmark(s); Δ = each run's Avg − its own "
+             "base-phase Avg on the same problems, mean over seeds.",
              "Bold = best label-free mean in a column, underline = second (compared at display precision, ties "
              f"share a mark); {_unranked_text(blocks)} are not ranked."]
     used = {rid for b in blocks for row in b.rows for rid in row.run_ids}

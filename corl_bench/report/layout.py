@@ -15,7 +15,8 @@ Public API (no torch; rendering is in :mod:`corl_bench.report.render`):
 
 Rules: one :class:`Block` per agent family (in a vision-language table, per family and paper training set: runs
 trained on open-r1 and on MMR1 get a block each, as in the paper). A block starts with Base (the base-phase
-evaluation of that family, per seed from the block's runs in row order), then one row per (method, cohort) in the
+evaluation of that family, per seed from the block's first run in row order whose base covers the problems most of
+the block's runs were evaluated on), then one row per (method, cohort) in the
 order the methods declare (``table_order``, then the order of their ``cohort_labels``), labelled
 ``Method.row_label(cohort)`` (a run whose cohort names its paper row, run.json ``paper_row``, takes the label of
 that row's named cohort: "Co-RL (cross-family)" for ``paper-cross-family``); methods this installation cannot
@@ -23,7 +24,9 @@ describe come last under their raw name (:mod:`corl_bench.report.methods`). Meth
 train every agent of a cohort on its own, so each of their agents lands in the block of its family; a (label,
 family, seed) found in two cohorts is kept once (cohort ``single`` first, then by cohort name) with a warning. A
 multi-agent run with several agents of one family gives one row per agent. Tagged runs (run.json ``tag``) get their
-own row right after the untagged one. Marks: per column, the best label-free mean is
+own row right after the untagged one. Δ of a row is the mean over its seeds of each run's own Δ (its Avg minus its
+own base-phase Avg, where both phases hold the same problem ids); the footer says where Δ is not shown, leaves seeds
+out, or where a row's problems differ from its Base row's. Marks: per column, the best label-free mean is
 bold ("b"), the second underlined ("u"), compared at display precision (ties share); Base, methods of kind
 uses-labels (GT-Reward) or control (Random reward), unknown methods, tagged rows and paper rows are not ranked.
 Runs on vision-language benchmarks (the paper's multimodal suites, the micro-visual suite) get a table of their own
@@ -45,7 +48,8 @@ from corl_bench.report import side
 from corl_bench.report.cells import (BASE_LABEL, MISSING, TEXT, VLM, Block, Column, PaperTable, Stat, TableRow, fmt_pct,
                                      fmt_signed, mean_of, stat_of)
 from corl_bench.report.collect import (METRIC_LABELS, AgentResult, Collected, check_metrics, collect_results,
-                                       natural_key)
+                                       items_differ, natural_key)
+from corl_bench.report.environments import env_differences
 from corl_bench.report.footer import footer as make_footer
 from corl_bench.report.methods import UNKNOWN, MethodView
 
@@ -120,8 +124,10 @@ def _dataset(kind: str, result: AgentResult) -> str:
     return ref.PAPER_VLM_DATASETS.get(result.train_set, "") if kind == VLM else ""
 
 
-def _groups(results: Sequence[AgentResult], warnings: list[str], kind: str = TEXT) -> list[_Group]:
-    """Results grouped into display rows, one member per seed (duplicates dropped with a warning)."""
+def _groups(results: Sequence[AgentResult], warnings: list[str], kind: str = TEXT,
+            notices: Optional[list[str]] = None) -> list[_Group]:
+    """Results grouped into display rows, one member per seed (duplicates dropped with a warning, also added to
+    ``notices``)."""
     views = {m: method_views.describe(m) for m in sorted({r.method for r in results})}
     for view in views.values():
         if not view.known:
@@ -157,9 +163,12 @@ def _groups(results: Sequence[AgentResult], warnings: list[str], kind: str = TEX
                 name = label + (f" {agent}" if agent else "") + (f" [{tag}]" if tag else "")
                 same = all(c.metrics("final") == candidates[0].metrics("final") for c in candidates[1:])
                 where = family + (f", trained on {dataset}" if dataset else "")
-                warnings.append(f"{where} / {name}: seed {seed} comes from {len(candidates)} places; kept "
-                                f"{_who(candidates[0])}, dropped {'; '.join(_who(c) for c in candidates[1:])} "
-                                f"({'identical' if same else 'different'} final scores)")
+                line = (f"{where} / {name}: seed {seed} comes from {len(candidates)} places; kept "
+                        f"{_who(candidates[0])}, dropped {'; '.join(_who(c) for c in candidates[1:])} "
+                        f"({'identical' if same else 'different'} final scores)")
+                warnings.append(line)
+                if notices is not None:
+                    notices.append(line)
         groups.append(_Group(family, order, label, agent, tag, tuple(kept), views[kept[0].method].kind, dataset))
     return sorted(groups, key=lambda g: g.sort_key)
 
@@ -246,32 +255,97 @@ def _marks(rows: Sequence[TableRow], n_columns: int) -> list[tuple[str, ...]]:
     return [tuple(m) for m in marks]
 
 
+def _reference_items(groups: Sequence[_Group], benchmarks: Sequence[str]) -> dict[str, frozenset[str]]:
+    """Per benchmark, the problem ids most of the block's runs were evaluated on in their reported phase (ties: the
+    first in row order): the items the block's Base row must cover."""
+    out = {}
+    for bench in benchmarks:
+        counts: dict[frozenset[str], int] = {}
+        for r in (r for g in groups for r in g.members):
+            if bench in r.final_items:
+                counts[r.final_items[bench]] = counts.get(r.final_items[bench], 0) + 1
+        if counts:
+            out[bench] = max(counts, key=lambda items: counts[items])  # the first of the most common
+    return out
+
+
+def _on_items(r: AgentResult, items: dict[str, frozenset[str]], phase: str) -> str:
+    """"" when ``r``'s ``phase`` evaluation covers the block's items on every benchmark both have; else why not."""
+    have = r.base_items if phase == "base" else r.final_items
+    for bench in sorted(set(have) & set(items)):
+        why = items_differ(items[bench], have[bench], "the Base row", "this row" if phase == "final" else "its base")
+        if why:
+            return f"{bench}: {why}"
+    return ""
+
+
+def _row_delta(where: str, g: _Group, metric: str, benchmarks: Sequence[str], has_base: bool,
+               notes: list[str]) -> Optional[float]:
+    """Mean over the row's seeds of each run's own Δ (:meth:`AgentResult.own_delta`); a note says where it is not
+    shown or leaves seeds out (not for a block without any base-phase evaluation, nor for a seed without an Avg:
+    their warnings say so)."""
+    deltas = {r.seed: r.own_delta(metric, benchmarks) for r in g.members}
+    shown = [d for d, _ in deltas.values() if d is not None]
+    missing = {s: why for s, (d, why) in deltas.items() if d is None and not why.startswith("no final-phase")}
+    if missing and (has_base or any(why != "no base-phase evaluation" for why in missing.values())):
+        reasons: dict[str, list[int]] = {}
+        for seed, why in missing.items():
+            reasons.setdefault(why, []).append(seed)
+        why = "; ".join(f"{text} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
+                        for text, seeds in reasons.items())
+        if shown:
+            kept = ", ".join(str(s) for s, (d, _) in deltas.items() if d is not None)
+            notes.append(f"{where} / {g.full_label}: Δ over seed(s) {kept} only; {why}.")
+        else:
+            notes.append(f"{where} / {g.full_label}: Δ not shown: {why}.")
+    return sum(shown) / len(shown) if shown else None
+
+
 def _block(family: str, groups: Sequence[_Group], columns: Sequence[Column], benchmarks: Sequence[str],
-           warnings: list[str], dataset: str = "") -> Block:
+           warnings: list[str], dataset: str = "", notes: Optional[list[str]] = None) -> Block:
+    """One block: Base (per seed, the base-phase evaluation of the first run in row order that covers the problems
+    most of the block's runs were evaluated on), then the groups' rows with Δ against each run's own base; ``notes``
+    collects one line per row whose Δ is not shown or whose problems differ from the Base row's."""
+    notes = [] if notes is None else notes
+    where = family + (f", trained on {dataset}" if dataset else "")
+    items = _reference_items(groups, benchmarks)
     base_seeds: dict[int, AgentResult] = {}
+    other_items: dict[int, str] = {}
     for group in groups:  # row order: GT-Reward first
         for r in group.members:
-            if r.base and r.seed not in base_seeds:
+            if not r.base or r.seed in base_seeds:
+                continue
+            why = _on_items(r, items, "base")
+            if why:
+                other_items.setdefault(r.seed, f"{r.run_id}, {why}")
+            else:
                 base_seeds[r.seed] = r
     seeds = sorted(base_seeds)
+    for seed in sorted(set(other_items) - set(seeds)):
+        notes.append(f"{where} / Base: seed {seed} left out: no run evaluated its base on the block's problems "
+                     f"({other_items[seed]}).")
     base: Optional[TableRow] = None
     if seeds:
         srcs = [base_seeds[s] for s in seeds]
         base = TableRow(BASE_LABEL, "base", BASE_LABEL, "", (), "", "", family, tuple(seeds), tuple(r.run_id for r in srcs),
                         _cells([r.metrics("base") for r in srcs], columns, benchmarks, _evaluation(srcs, "base")),
                         None)
-    else:
-        warnings.append(f"{family}{f', trained on {dataset}' if dataset else ''}: no run has base-phase "
-                        "predictions; Base and Δ left empty")
-    base_avg = base.cells[-1].mean if base else None
+    elif not other_items:
+        warnings.append(f"{where}: no run has base-phase predictions; Base and Δ left empty")
     rows = [base] if base else []
+    metric = columns[-1].metric
     for g in groups:
         cells = _cells([r.metrics("final") for r in g.members], columns, benchmarks,
                        _evaluation(g.members, "final"))
         if cells[-1].n < len(g.members):
-            warnings.append(f"{family} / {g.full_label}: {len(g.members) - cells[-1].n} seed(s) lack some of "
+            warnings.append(f"{where} / {g.full_label}: {len(g.members) - cells[-1].n} seed(s) lack some of "
                             f"{', '.join(benchmarks)}; Avg uses the seeds that have all")
-        delta = None if cells[-1].mean is None or base_avg is None else cells[-1].mean - base_avg
+        if base is not None:
+            differs = sorted({why for why in (_on_items(r, items, "final") for r in g.members) if why})
+            if differs:
+                notes.append(f"{where} / {g.full_label}: evaluated on other problems than the Base row "
+                             f"({'; '.join(differs)}); its Δ is against its own base on its own problems.")
+        delta = _row_delta(where, g, metric, benchmarks, bool(base_seeds or other_items), notes)
         rows.append(TableRow(g.full_label, _kind(g), g.label, g.members[0].method,
                              tuple(sorted({r.cohort for r in g.members})), g.tag, g.agent, family,
                              tuple(r.seed for r in g.members), tuple(r.run_id for r in g.members), cells, delta))
@@ -327,17 +401,25 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
     benchmarks = sorted({b for r in results for b in r.final}, key=kinds.bench_key(kind))
     shown = kinds.shown_benchmarks(kind, benchmarks)
     columns = _columns(metrics, shown, results)
-    groups = _groups(results, warnings, kind)
+    notices: list[str] = []
+    groups = _groups(results, warnings, kind, notices)
     first_index: dict[str, int] = {}
     for r in results:
         first_index[r.family] = min(first_index.get(r.family, r.agent_index), r.agent_index)
     paper_sets = ("", *ref.PAPER_VLM_DATASETS.values())  # a family's blocks in the paper's order: open-r1, MMR1
     keys = sorted({(r.family, _dataset(kind, r)) for r in results},
                   key=lambda k: (first_index[k[0]], k[0], paper_sets.index(k[1])))
-    blocks = [_block(f, [g for g in groups if (g.family, g.dataset) == (f, d)], columns, benchmarks, warnings, d)
-              for f, d in keys]
+    delta_notes: list[str] = []  # where Δ is not shown or a row's problems differ from its Base row's
+    blocks = [_block(f, [g for g in groups if (g.family, g.dataset) == (f, d)], columns, benchmarks, warnings, d,
+                     delta_notes) for f, d in keys]
     ks = {b: {r.final[b].k for r in results if b in r.final and r.final[b].k} for b in benchmarks}
     footer = make_footer(metrics, benchmarks, blocks, collected.runs, warnings, ks) if blocks else []
+    footer += delta_notes
+    used = {rid for b in blocks for row in b.rows for rid in row.run_ids}
+    env_line, env_details = env_differences([r for r in collected.runs if r.run_id in used])
+    if env_line:
+        footer.append(env_line)
+        warnings.extend(env_details)
     empty = kinds.empty_columns_line(benchmarks, shown)
     if empty and footer:
         at = next((i + 1 for i, line in enumerate(footer) if line.startswith("Benchmarks: ")), len(footer))
@@ -359,7 +441,7 @@ def _build_kind(kind: str, results: Sequence[AgentResult], collected: Collected,
         blocks, notes, paper_blocks, owns = cmp.blocks, cmp.notes, cmp.shown, cmp.owns_backbone
         footer += cmp.footer
     table = PaperTable(metrics, tuple(benchmarks), tuple(columns), tuple(blocks), tuple(footer), tuple(notes),
-                       tuple(warnings), paper_blocks, kind)
+                       tuple(warnings), paper_blocks, kind, notices=tuple(notices))
     return table, owns
 
 
@@ -395,7 +477,8 @@ def build(source: str | Path | Collected, *, metrics: Sequence[str] = ("avg_k",)
         shown, notes, more = side.with_ours(side.side_blocks(backbone, paper_path), root, collected.results)
         tables[0] = replace(tables[0], side=shown, side_notes=tuple(notes))
         warnings += more
-    return replace(tables[0], warnings=tuple(warnings), also=tuple(tables[1:]))
+    notices = collected.duplicates + tuple(n for t in tables for n in t.notices)
+    return replace(tables[0], warnings=tuple(warnings), also=tuple(tables[1:]), notices=notices)
 
 
 def paper_table(backbone: Optional[str] = None, paper_path: Optional[Path] = None,
