@@ -235,7 +235,7 @@ def worker_rollout(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- driver
-OURS = ["memory.shared_prefix=true"]  # with rollout.backend=fast: corl-bench's fast training path (README)
+OURS = ["memory.shared_prefix=true"]  # with rollout.backend=fast: the fast training path (docs/how-to/real-models.md)
 # --precision bf16: bf16 training passes over fp32 weights and a bf16 copy in the engine (TRL: bf16=True)
 OURS_BF16 = ["memory.autocast=bfloat16", "rollout.engine_options={dtype: bfloat16}"]
 

@@ -20,7 +20,7 @@ to scripts/bench_memory.py, whose SmolLM2 rows grow by 0.48 GiB per sequence of 
 layer, the formula gives 54 KiB for SmolLM2); without it every layer keeps those intermediates. Logits:
 ``logit_chunk`` rows of the vocabulary at a time, three fp32 copies (logits, log-softmax, its gradient); 0 = the
 whole micro-batch at once. These are estimates: allocator slack, CUDA context (~0.5-1 GB) and fragmentation come on
-top; the checks against measured peaks are in the README.
+top; the checks against measured peaks are in docs/how-to/gpu.md.
 
 ``--mixed-precision`` (``memory.autocast=bfloat16``): fp32 weights, gradients and AdamW (16 bytes per parameter),
 bf16 matmul outputs and a bf16 head output beside the fp32 log-softmax copies. ``--ranks N`` (FSDP2): 1/N of the

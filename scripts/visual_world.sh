@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The micro visual world's README table (seed 0) and its three-seed check, on the shipped checkpoints.
+# The micro visual world's table (seed 0; docs/explanation/findings.md) and its three-seed check, on the shipped checkpoints.
 #   bash scripts/visual_world.sh [OUT]     # default OUT=results/visual-world; rerun to skip finished runs
 # Then: corl-bench table -r OUT --metric greedy,avg_k ; corl-bench probe qwen2vl-micro llava-micro -b micro-visual-test
 set -euo pipefail

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_the_estimate_reproduces_the_readme_table_on_cpu() -> None:
     """Qwen2.5-3B at the paper's sizes (fp32, micro-batch 8, 200 + 3072 tokens, chunk 1024, checkpointing, 96 KV
-    sequences): 72.5 GB peak, 65.9 GB in training, as the README's memory table says."""
+    sequences): 72.5 GB peak, 65.9 GB in training, as the memory table of docs/how-to/gpu.md says."""
     est = fit.estimate(fit.KNOWN["Qwen/Qwen2.5-3B"], dtype_bytes=4, prompt_tokens=200, new_tokens=3072, micro_batch=8,
                        logit_chunk=1024, checkpointing=True, max_batch=96)
     assert round(est["peak"], 1) == 72.5 and est["train_peak"] == pytest.approx(65.85, abs=0.01)
@@ -310,9 +310,9 @@ def test_estimate_memory_prints_the_7b_cell_per_gpu_as_it_runs_on_cpu() -> None:
         assert row["ranks"] == 4 and row["full_copy"] == 0 and row["weights"] == round(arch.params * 4 / 4 / GB, 2)
         assert row["grads+adamw"] == round(arch.params * 12 / 4 / GB, 2) and row["engine"] == 0.3 * 80
         assert row["peak"] == row["rollout_peak"] > row["train_peak"]  # the engine sleeps through training
-    said = [f"{p:.1f}" for p in peaks.values()]  # the config's comment and the README say these, not older numbers
-    comment, readme = path.read_text(encoding="utf-8"), (REPO / "README.md").read_text(encoding="utf-8")
-    assert all(f"~{p}" in comment and f"**{p} GB**" in readme for p in said), said
+    said = [f"{p:.1f}" for p in peaks.values()]  # the config's comment and the GPU page say these, not older numbers
+    comment, page = path.read_text(encoding="utf-8"), (REPO / "docs" / "how-to" / "gpu.md").read_text(encoding="utf-8")
+    assert all(f"~{p}" in comment and f"**{p} GB**" in page for p in said), said
 
 
 def test_unchunked_logits_cover_every_position_unless_the_prompt_is_shared():

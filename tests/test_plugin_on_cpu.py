@@ -1,6 +1,6 @@
-"""A third-party method as an installed plugin: the README's "Add a method" example, packaged with an entry point in
-the ``corl_bench.methods`` group, pip-installed into a scratch directory, listed by ``corl-bench ls methods`` and
-trained in the micro profile — with no edit to corl-bench itself.
+"""A third-party method as an installed plugin: the tutorial's "Add a method" example (docs/tutorial.md), packaged
+with an entry point in the ``corl_bench.methods`` group, pip-installed into a scratch directory, listed by
+``corl-bench ls methods`` and trained in the micro profile — with no edit to corl-bench itself.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_example() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "tutorial.md").read_text(encoding="utf-8")
     section = text.split("## Add a method", 1)[1]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 

@@ -20,7 +20,7 @@ every agent training, or every agent generating, at once). :func:`fit_memory` pi
 profile's CPU defaults (the largest power-of-two micro-batch whose step fits 60 % of the machine's memory, as
 ``auto_find_batch_size`` halves a batch until it fits), and :func:`check_memory` refuses a run whose estimated peak
 exceeds the memory a device has, naming options that would fit. These are estimates (allocator slack and, on CUDA, the
-context come on top); the README compares them with measured peaks.
+context come on top); docs/how-to/gpu.md compares them with measured peaks.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ It fires at most once per agent (the first step a shape holds) and is recorded a
 {"baseline": b, "now": x, "ratio": x / b}}}``; the per-step rows are never changed. Everything here is a pure
 function of the logged diagnostics, so a resumed run replays its history and reaches the same state
 (:meth:`CollapseMonitor.replay`), and ``scripts/collapse_check.py`` replays finished runs with other thresholds.
-The thresholds were set after looking at micro runs (README, *Collapse alarm and checkpoint selection*): they are
-calibrated, not derived.
+The thresholds were set after looking at micro runs (docs/explanation/findings.md, "The collapse alarm against the
+truth"): they are calibrated, not derived.
 """
 
 from __future__ import annotations
