@@ -306,17 +306,13 @@ def prepare(cfg: Config) -> Plan:
     return plan
 
 
-
 def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_resume: bool = True,
         on_open: Callable[[Path], None] | None = None) -> Path:
-    """Train and evaluate one (method, cohort, seed) cell; returns the run directory.
-
-    ``resume``: continue that run directory from its last checkpoint (its config must equal ``cfg``). Without it,
-    an interrupted run under ``run.output_dir`` with exactly this config is resumed (``auto_resume=False``:
-    always start a new run). A finished run is not rerun. The stages are those of
-    :mod:`corl_bench.train.session`; any exception marks the run failed in its run.json. ``on_open`` is called with
-    the run directory once its run.json is written (the CLI names it in the command that resumes an interrupted run).
-    """
+    """Train and evaluate one (method, cohort, seed) cell; returns the run directory. ``resume``: continue that
+    run directory from its last checkpoint (its config must equal ``cfg``); without it, an interrupted run under
+    ``run.output_dir`` with exactly this config is resumed (``auto_resume=False``: always a new run), a finished one is
+    not rerun. Stages: :mod:`corl_bench.train.session`; an exception marks the run failed in its run.json.
+    ``on_open(run_dir)``: once run.json is written (then ``--resume run_dir`` continues it; the CLI prints that)."""
     from corl_bench.hostmem import keep_host_memory
     from corl_bench.results import run_lock
     from corl_bench.train.progress import RunProgress
@@ -330,7 +326,7 @@ def run(cfg: Config, *, console: Any = None, resume: Path | None = None, auto_re
     # freed CPU memory stays in the process while the run lasts (memory.keep_host_memory): same results, no page
     # faults on the tensors every step allocates again
     with keep_host_memory(plan.config.memory.keep_host_memory), run_lock(run_dir), session:
-        if on_open is not None:  # run.json is written now: `--resume run_dir` continues it
+        if on_open is not None:
             on_open(run_dir)
         with RunProgress(console) as prog:
             session.build(prog)  # agents, method, benchmarks, trainer
