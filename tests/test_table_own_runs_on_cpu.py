@@ -230,8 +230,9 @@ def test_default_table_shows_the_users_runs_and_study_opens_a_committed_one(chec
     res = runner.invoke(app, ["table", "--study", "real-study", "--format", "csv"])
     assert res.exit_code == 0, res.output
     assert "70.0000" in res.output and "50.0000" not in res.output
-    assert (checkout / "results" / "real-study" / "table.md").is_file()
-    assert studies(checkout / "results") == ["real-study"]  # runs/ and directories without runs are not studies
+    assert not (checkout / "results" / "real-study" / "table.md").exists()  # never written into a committed study
+    assert (checkout / "results" / "tables" / "real-study" / "table.md").is_file()
+    assert studies(checkout / "results") == ["real-study"]  # runs/, tables/ and directories without runs are not studies
     assert study_dir("real-study", checkout / "results") == checkout / "results" / "real-study"
 
 
