@@ -298,7 +298,8 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
                                         "(save_pretrained) or a hub id owner/name, optionally @revision (cached, "
                                         "else downloaded first), of any causal LM or vision-language model (an "
                                         "image-text-to-text checkpoint loads with its own processor); a model entry "
-                                        "(smol, gemma3-270m); or a micro family"),
+                                        "(smol, gemma3-270m, qwen2.5-coder-0.5b, "
+                                        "qwen2.5-coder-1.5b); or a micro family"),
           benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b", help="comma list (corl-bench ls "
                                                    "benchmarks); required"),
           benchmark: Optional[str] = typer.Option(None, "--benchmark", hidden=True, help="same as --benchmarks"),
