@@ -12,8 +12,9 @@ process (the same load ``corl-bench eval`` does) and every cell's rows go to the
 ``results/real-base/work/<prompt>/<model>/``. A finished cell is then copied to the committed folder
 ``results/real-base/predictions/<prompt>/<model>/<benchmark>.jsonl`` (GPQA rows without ``prompt``: GPQA's authors ask
 that its questions are not re-published in plain text) and recorded in ``results/real-base/cells.json`` with the git
-commit it ran at, its wall time, the CPU and the load average. A cell already in ``cells.json`` is skipped, so an
-interrupted ``--run`` resumes with the same command (within a cell, the evaluator resumes chunk by chunk).
+commit its process started from (the code it ran), its wall time, the CPU and the load average. A cell already in ``cells.json`` is skipped, so an
+interrupted ``--run`` resumes with the same command (within a cell, the evaluator resumes chunk by chunk). ``--commit``
+git-commits each cell's predictions and record as soon as it finishes (those paths only).
 
 Subsets: each benchmark's problems in data order, shuffled with ``random.Random(f"{SEED}:{benchmark}")``; the first
 ``SIZES[benchmark]`` of that order (all of AIME24/25). Sizes and caps were fixed before any cell ran, from the
@@ -108,7 +109,16 @@ def _publish(model: str, prompt: str, bench: str) -> Path:
     return dst / f"{bench}.jsonl"
 
 
-def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: str, threads: int) -> None:
+def _commit_cell(key: str, summary: str) -> None:
+    """Commit one finished cell's predictions and the cell records (only those paths)."""
+    paths = [str(OUT / "predictions"), str(OUT / "cells.json")]
+    subprocess.run(["git", "add", "--", *paths], cwd=REPO, check=True)
+    subprocess.run(["git", "commit", "-q", "-m", f"real base table: cell {key} ({summary})", "--", *paths], cwd=REPO,
+                   check=False)
+
+
+def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: str, threads: int,
+        commit_cells: bool = False) -> None:
     import torch
 
     import corl_bench.models.load as load_mod
@@ -119,6 +129,8 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
     if not items.is_file():
         raise SystemExit(f"{items} is missing; run: python scripts/real_base.py --plan")
     real_load = load_mod.load_model
+    commit = _git("rev-parse", "HEAD")  # the code this process runs (later commits of cells do not change it)
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "corl_bench", "benchmarks", "scripts"))
     for model in models:
         todo = [(p, b) for p in prompts for b in benchmarks if f"{model}/{p}/{b}" not in _cells()]
         if not todo:
@@ -131,8 +143,6 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
         load_mod.load_model = lambda ref, **kw: loaded  # run_eval loads once per call: hand it this one
         try:
             for prompt, bench in todo:
-                dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "corl_bench", "benchmarks"))
-                commit = _git("rev-parse", "HEAD")
                 load1 = os.getloadavg()[0]
                 t = time.perf_counter()
                 res = run_eval(model, [bench], data_dir=data_dir, out=OUT / "work" / prompt / model, seed=0,
@@ -148,7 +158,11 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
                     "loadavg_end": round(os.getloadavg()[0], 2), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                                time.gmtime())}
                 _save_cells(cells)
-                print(f"{model}/{prompt}/{bench}: {secs:.0f} s", flush=True)
+                greedy = res[model][bench].get("greedy")
+                summary = f"n={cells[f'{model}/{prompt}/{bench}']['n']}, greedy {greedy}, {secs:.0f} s"
+                print(f"{model}/{prompt}/{bench}: {summary}", flush=True)
+                if commit_cells:
+                    _commit_cell(f"{model}/{prompt}/{bench}", summary)
         finally:
             load_mod.load_model = real_load
         loaded = None  # free it before the next model loads
@@ -263,7 +277,7 @@ was {loads} (other jobs shared the two cores at times: timings are indicative).
 ## Every cell
 
 "hit cap" = the completion reached the new-token cap; "commit" = the commit the cell ran at (`dirty`: with
-uncommitted changes to `corl_bench/` or `benchmarks/`).
+uncommitted changes to `corl_bench/`, `benchmarks/` or `scripts/` when the run started).
 
 {detail}
 
@@ -287,6 +301,7 @@ def main() -> None:
     ap.add_argument("--benchmarks", default=",".join(BENCHMARKS))
     ap.add_argument("--data-dir", default=os.environ.get("CORL_BENCH_DATA") or str(REPO.parent / "shared" / "data"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--commit", action="store_true", help="git-commit each finished cell's predictions")
     args = ap.parse_args()
     if not (args.plan or args.run or args.report):
         ap.error("pick --plan, --run or --report")
@@ -299,7 +314,8 @@ def main() -> None:
         bad = [m for m in args.models.split(",") if m not in MODELS]
         if bad:
             raise SystemExit(f"unknown model {bad[0]!r}; valid: {', '.join(MODELS)}")
-        run(args.models.split(","), args.prompts.split(","), args.benchmarks.split(","), args.data_dir, args.threads)
+        run(args.models.split(","), args.prompts.split(","), args.benchmarks.split(","), args.data_dir, args.threads,
+            commit_cells=args.commit)
     if args.report:
         PAGE.write_text(report(), encoding="utf-8")
         print(f"wrote {PAGE}")
