@@ -132,7 +132,8 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
     commit = _git("rev-parse", "HEAD")  # the code this process runs (later commits of cells do not change it)
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "corl_bench", "benchmarks", "scripts"))
     for model in models:
-        todo = [(p, b) for p in prompts for b in benchmarks if f"{model}/{p}/{b}" not in _cells()]
+        todo = [(p, b) for b in benchmarks for p in prompts if f"{model}/{p}/{b}" not in _cells()]  # both prompts
+        # of a benchmark one after the other: a row cut short still compares them
         if not todo:
             print(f"{model}: every cell is done", flush=True)
             continue
