@@ -237,6 +237,9 @@ def report() -> str:
                               f"{100 * none / n:.0f} | {100 * capped / n:.0f} | {toks:.0f} | {c['seconds']:.0f} | "
                               f"{c['seconds'] / n:.1f} | `{c['commit'][:10]}`{' (dirty)' if c.get('dirty') else ''} |")
             lines.append(f"| {MODELS[model]} | {prompt} | " + " | ".join(out) + " |")
+    notes = [f"* {key}: {c['note']}" for key, c in sorted(cells.items()) if c.get("note")]
+    if notes:
+        detail += ["", "Notes on cells:", "", *notes]
     sizes = ", ".join(f"{b} {len(items[b])}" for b in BENCHMARKS)
     caps = ", ".join(f"{b} {CAPS[b]}" for b in BENCHMARKS)
     cpus = sorted({c["cpu"] for c in cells.values()})
