@@ -245,7 +245,8 @@ def report() -> str:
     cpus = sorted({c["cpu"] for c in cells.values()})
     loads = [c["loadavg_start"] for c in cells.values()]
     return TEMPLATE.format(table="\n".join(lines), detail="\n".join(detail), sizes=sizes, caps=caps, seed=SEED,
-                           chunk=CHUNK, cpus=", ".join(cpus) or "–", total=total / 60, n_cells=len(cells),
+                           chunk=CHUNK, cpus=", ".join(cpus) or "–",
+                           threads=" or ".join(str(t) for t in sorted({c.get("threads", 2) for c in cells.values()})), total=total / 60, n_cells=len(cells),
                            loads=f"{min(loads):.1f}–{max(loads):.1f}" if loads else "–")
 
 
@@ -290,12 +291,14 @@ benchmarks other than GSM8K credit only a `\\boxed{{}}` answer, the native rows 
 answer is" and, failing those, the last number, which can credit a number that happens to be last. So a native row
 above a paper row says the model answers when asked its own way and read leniently, not that it reasons better.
 
+GPQA-Diamond has four options: guessing scores 25 % in expectation, so a GPQA cell is read against that, not 0.
+
 **GPQA.** Its authors ask that the questions are not re-published in plain text: the committed GPQA rows have no
 `prompt` field (ids, completions, extracted answers, gold letters and correctness only). A completion can still quote
 part of a question.
 
 **Cost.** {n_cells} cells done, {total:.0f} min of evaluation in all (model loading not counted; it is in each cell's
-record), on {cpus}, one evaluation process with 2 torch threads; the 1-minute load average at the start of the cells
+record), on {cpus}, one evaluation process at a time with {threads} torch thread(s) (per cell in `cells.json`); the 1-minute load average at the start of the cells
 was {loads} (other jobs shared the two cores at times: timings are indicative).
 
 ## Every cell
