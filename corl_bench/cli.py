@@ -298,7 +298,8 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
                                         "(save_pretrained) or a hub id owner/name, optionally @revision (cached, "
                                         "else downloaded first), of any causal LM or vision-language model (an "
                                         "image-text-to-text checkpoint loads with its own processor); a model entry "
-                                        "(smol, gemma3-270m); or a micro family"),
+                                        "(smol, gemma3-270m, qwen2.5-coder-0.5b, "
+                                        "qwen2.5-coder-1.5b); or a micro family"),
           benchmarks: Optional[str] = typer.Option(None, "--benchmarks", "-b", help="comma list (corl-bench ls "
                                                    "benchmarks); required"),
           benchmark: Optional[str] = typer.Option(None, "--benchmark", hidden=True, help="same as --benchmarks"),
@@ -310,7 +311,14 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
                                      "through the VLMEvalKit bridge)"),
           seed: int = typer.Option(0, "--seed", help="sampling seed"),
           max_problems: Optional[int] = typer.Option(None, "--max-problems", help="first N problems (a stated subset)"),
+          items: Optional[Path] = typer.Option(None, "--items", help="a JSON object, benchmark -> list of problem ids: evaluate "
+                                               "only those problems (e.g. a seeded subset)"),
+          prompt: str = typer.Option("paper", "--prompt", help="paper (the spec's prompt) | native (the model's own "
+                                     "format: chat models zero-shot in their template, base models few-shot; see "
+                                     "corl_bench/eval/native.py)"),
           samples: Optional[int] = typer.Option(None, "--samples", help="override the spec's k"),
+          greedy: bool = typer.Option(False, "--greedy", help="also decode greedily once per problem (with "
+                                      "--samples 0: greedy only)"),
           max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap"),
           code_timeout: float = typer.Option(10.0, "--code-timeout", help="CPU seconds per HumanEval/MBPP program"),
           workers: int = typer.Option(2, "--workers", help="sandboxed programs run at once"),
@@ -334,9 +342,10 @@ def eval_(target: str = typer.Argument(..., help="a run directory (RUN_DIR:agent
             raise ConfigError("no benchmark given; pass --benchmarks/-b, e.g. -b gsm8k,math500 (corl-bench ls "
                               "benchmarks)")
         run_eval(target, names, data_dir=data_dir, phase=phase, out=out, seed=seed, max_problems=max_problems,
-                 overrides={"samples": samples, "max_new_tokens": max_new_tokens}, engine=engine,
+                 overrides={"samples": samples, "max_new_tokens": max_new_tokens, "greedy": greedy or None},
+                 engine=engine,
                  code_timeout=code_timeout, workers=workers, chunk=chunk, judge=judge, extractor=extractor,
-                 max_image_side=max_image_side,
+                 max_image_side=max_image_side, items_file=items, prompt=prompt,
                  report=lambda line: Console().print(line, highlight=False))
     except (ConfigError, RegistryError) as e:
         _fail(str(e))

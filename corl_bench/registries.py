@@ -415,6 +415,7 @@ for _name, _target in (("qwen", "corl_bench.grading.verifier:extract_normalized"
                        ("boxed", "corl_bench.eval.scoring:extract_boxed"),
                        ("flexible", "corl_bench.eval.scoring:extract_flexible"),
                        ("letter", "corl_bench.eval.scoring:extract_letter"),
+                       ("first_letter", "corl_bench.eval.scoring:extract_first_letter"),
                        ("code", "corl_bench.eval.scoring:extract_code"),
                        ("answer_tag", "corl_bench.eval.scoring:extract_answer_tag"),
                        ("boxed_abcd", "corl_bench.eval.science:extract_boxed_abcd"),

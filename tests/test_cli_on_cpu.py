@@ -261,5 +261,6 @@ def test_eval_help_says_it_takes_hub_ids_and_folders_of_any_vlm() -> None:
     text = " ".join(res.output.replace("│", " ").split())
     assert res.exit_code == 0, res.output
     for said in ("hub id owner/name", "optionally @revision", "vision-language model", "its own processor",
-                 "a model entry (smol, gemma3-270m)", "micro family", "run directory"):
+                 "a model entry (smol, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)",
+                 "micro family", "run directory"):
         assert said in text, said

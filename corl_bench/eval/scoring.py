@@ -7,6 +7,9 @@ Extractors (completion -> answer string or None):
     boxed      only the last \\boxed{...} (the paper's MATH-500/AMC evaluation); None without one
     flexible   lm-eval GSM8K ``flexible-extract``: the last number in the text ($ and thousands commas dropped)
     letter     the last \\boxed{A-J} letter, else "answer is (X)" / "answer: X" (GPQA, boxed protocol)
+    first_letter
+               the first option letter A-D written as a word of its own ("(B)", "B)", "B.", "B"), the answer of a base
+               model asked ``...Answer:`` (GPQA native completion prompt, :mod:`corl_bench.eval.native`)
     code       the last fenced code block (```python ... ```), else the completion itself (a continuation)
     answer_tag the content of the LAST complete ``<answer>...</answer>`` tag (case-insensitive, spanning lines), the
                paper's VLM answer format (R1-V; ``mllm/trainers/verifiers/math_verify_wrapper.py::extract_answer_tag``);
@@ -45,7 +48,8 @@ from corl_bench.grading.verifier import _extract_boxed, is_correct, normalize_an
 from corl_bench.registries import EXTRACTORS, GRADERS
 
 __all__ = ["LETTERS", "USES_CHOICES", "answer_tag_content", "extract_answer_tag", "extract_boxed", "extract_code",
-           "extract_flexible", "extract_letter", "gold_index", "grade_text", "mc_letter_or_value", "option_letter"]
+           "extract_first_letter", "extract_flexible", "extract_letter", "gold_index", "grade_text",
+           "mc_letter_or_value", "option_letter"]
 
 _NUMBER = re.compile(r"-?[$0-9.,]{2,}|-?[0-9]+")
 _LETTER_BOX = re.compile(r"\\boxed\s*\{\s*(?:\\text\{)?\s*\(?([A-Ja-j])\)?\s*\}?\s*\}")
@@ -75,6 +79,14 @@ def extract_letter(text: str) -> Optional[str]:
         return boxed[-1].upper()
     phrase = _LETTER_PHRASE.findall(text)
     return phrase[-1].upper() if phrase else None
+
+
+_FIRST_LETTER = re.compile(r"(?<![A-Za-z])\(?([A-D])(?:\)|\.|:|(?![A-Za-z']))")
+
+
+def extract_first_letter(text: str) -> Optional[str]:
+    found = _FIRST_LETTER.search(text or "")
+    return found.group(1) if found else None
 
 
 def extract_code(text: str) -> Optional[str]:

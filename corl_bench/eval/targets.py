@@ -151,8 +151,15 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
              out: Path | None = None, seed: int = 0, max_problems: int | None = None,
              overrides: dict[str, Any] | None = None, engine: str = "ours", code_timeout: float = 10.0,
              workers: int = 2, chunk: int = 32, report: Callable[[str], None] = log.info, judge: str | None = None,
-             extractor: str | None = None, max_image_side: int = 0) -> dict[str, dict[str, Any]]:
+             extractor: str | None = None, max_image_side: int = 0, items_file: Path | None = None,
+             prompt: str = "paper") -> dict[str, dict[str, Any]]:
     """Evaluate every target model on every benchmark; returns agent -> benchmark -> scores (as dicts).
+
+    ``items_file``: a JSON object ``{benchmark: [problem ids]}`` (a fixed, e.g. seeded, subset; :func:`read_items`):
+    each benchmark is evaluated on those problems only, in the benchmark's order (``max_problems`` then cuts that
+    list). ``prompt``: ``paper`` (the spec's prompt) or ``native`` (the model's own format,
+    :mod:`corl_bench.eval.native`: chosen by whether the model's tokenizer has a chat template; recorded in the
+    manifest and the rows' benchmark version).
 
     ``judge``: a causal LM (folder or cached hub id) that re-checks the answers the rules marked wrong
     (:mod:`corl_bench.eval.judge`; off by default; checked before anything is loaded). ``extractor``: another
@@ -175,6 +182,12 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
     from corl_bench.models.load import load_model
     from corl_bench.rollout import make_engine
 
+    from corl_bench.eval.native import PROMPTS, native_spec, style_of
+
+    if prompt not in PROMPTS:
+        raise ConfigError(f"--prompt must be one of {', '.join(PROMPTS)} (got {prompt!r})")
+    if prompt == "native" and engine != "ours":
+        raise ConfigError("--prompt native renders its prompts with our engine; drop --engine or use --prompt paper")
     if phase not in ("final", "base"):
         raise ConfigError(f"--phase must be final or base (got {phase!r})")
     if max_image_side < 0:
@@ -210,10 +223,16 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
         if code:
             raise ConfigError(f"--judge: {', '.join(code)} are graded by their tests; drop them or the judge")
         judge_model = Judge(judge)  # an absent judge model fails here, before any data or model is loaded
+    if prompt == "native":
+        for spec in specs:  # refused here (no native prompt for it) before anything is loaded
+            native_spec(spec, "chat"), native_spec(spec, "completion")
+    subset = read_items(items_file, [s.name for s in specs]) if items_file is not None else None
     data = {}
     own_data = specs if engine != "vlmevalkit" else []  # VLMEvalKit reads its own copies of the data
     for spec in own_data:  # load (and validate) all data before any model is loaded or anything is written
         items = generated[spec.name] if spec.profile else build_items(spec, load_rows(spec, data_dir))
+        if subset is not None:
+            items = _subset(spec.name, items, subset[spec.name], items_file)
         data[spec.name] = items[:max_problems] if max_problems else items
     found = targets(target, phase, out)
     bridged = {ref: _vlmevalkit_model(ref) for _, ref, _ in found} if engine == "vlmevalkit" else {}
@@ -226,8 +245,11 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
             continue
         model, tok = load_model(ref, max_image_side=max_image_side)
         engines: dict[str, Any] = {}
-        for spec in specs:
+        asked = [native_spec(s, style_of(tok)) for s in specs] if prompt == "native" else specs
+        for spec in asked:
             dec = with_overrides(spec.decoding, **(overrides or {}))
+            if not dec.samples and not dec.greedy:
+                raise ConfigError(f"{spec.name}: --samples 0 without greedy decoding evaluates nothing; add --greedy")
             check_manifest(agent_dir, spec, dec, ref, engine, seed=seed, chunk=chunk, judge=judge,
                            max_image_side=max_image_side if spec.modality == "image" else 0)
             backend = "hf" if spec.modality == "image" else "fast"
@@ -245,6 +267,34 @@ def run_eval(target: str, benchmarks: Sequence[str], *, data_dir: str | None = N
             results.setdefault(name, {})[spec.name] = _scored(name, spec, scores, path, {it.id for it in items},
                                                               report)
     return results
+
+
+def read_items(path: Path, benchmarks: Sequence[str]) -> dict[str, list[str]]:
+    """``{benchmark: [ids]}`` from ``path`` (JSON); a one-line ConfigError for a bad file or a benchmark it lacks."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--items {path}: not a readable JSON file ({type(e).__name__}); write "
+                          '{"gsm8k": ["id", ...], ...}') from None
+    if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
+        raise ConfigError(f'--items {path}: expected a JSON object of id lists, e.g. {{"gsm8k": ["gsm8k_12", ...]}}')
+    missing = [b for b in benchmarks if b not in raw]
+    if missing:
+        raise ConfigError(f"--items {path} lists no ids for {', '.join(missing)}; add them or evaluate those "
+                          "benchmarks without --items")
+    return {b: [str(i) for i in raw[b]] for b in benchmarks}
+
+
+def _subset(name: str, items: list[Any], ids: list[str], path: Path | None) -> list[Any]:
+    """The items whose ids are listed, in the benchmark's order; every listed id must exist (once)."""
+    wanted = set(ids)
+    if len(wanted) != len(ids):
+        raise ConfigError(f"--items {path}: {name} lists an id twice; list each problem once")
+    unknown = sorted(wanted - {str(it.id) for it in items})
+    if unknown:
+        raise ConfigError(f"--items {path}: {name} has no problem {unknown[0]!r} ({len(unknown)} unknown id(s)); "
+                          "check the ids against the benchmark's data")
+    return [it for it in items if str(it.id) in wanted]
 
 
 def _scored(name: str, spec: BenchmarkSpec, scores: Any, path: Path, ids: set[str],

@@ -93,6 +93,9 @@ KNOWN = {
                                              False),
     "smol": Arch("smol", 576, 30, 9, 3, 64, 1536, 49152, True),
     "gemma3-270m": Arch("gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, True),
+    # the Qwen2.5-Coder GGUFs carry their own output.weight (quantised unlike token_embd): untied once dequantised
+    "qwen2.5-coder-0.5b": Arch("qwen2.5-coder-0.5b", 896, 24, 14, 2, 64, 4864, 151936, False),
+    "qwen2.5-coder-1.5b": Arch("qwen2.5-coder-1.5b", 1536, 28, 12, 2, 128, 8960, 151936, False),
 }
 
 

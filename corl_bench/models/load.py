@@ -1,7 +1,8 @@
 """Models to evaluate or train, by reference: a named entry, a checkpoint folder, a hub id, or a micro family
 (moved from ``corl_bench.eval.models``, issue 23).
 
-    smol, gemma3-270m   a named GGUF entry (:mod:`corl_bench.models.entries`), dequantised once and cached
+    smol, gemma3-270m   a named GGUF entry (:mod:`corl_bench.models.entries`; also ``qwen2.5-coder-0.5b`` and
+                        ``qwen2.5-coder-1.5b``), dequantised once and cached
     <folder>            any ``save_pretrained`` folder (a run's ``checkpoints/final/<agent>``, a hub snapshot)
     <owner/name>        a hub id (``Qwen/Qwen2.5-3B``, optionally ``@revision``), loaded from the local Hugging Face
                         cache; one not cached is downloaded once by :func:`~corl_bench.models.hub.fetch_hub` (before a

@@ -1,0 +1,66 @@
+"""``scripts/real_base.py`` (the real base table) without models: the Wilson interval, the committed GPQA rows without
+their question text, the page from stored cells, and the seeded subsets (with the offline data copy)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture()
+def rb(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("real_base", REPO / "scripts" / "real_base.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "OUT", tmp_path / "real-base")
+    monkeypatch.setattr(mod, "PAGE", tmp_path / "real-base.md")
+    return mod
+
+
+def test_wilson_interval(rb) -> None:
+    lo, hi = rb.wilson(0, 40)
+    assert lo == 0.0 and hi == pytest.approx(0.0876, abs=1e-4)
+    lo, hi = rb.wilson(20, 40)
+    assert (lo, hi) == (pytest.approx(0.3519, abs=1e-4), pytest.approx(0.6481, abs=1e-4))
+
+
+def _cell(rb, model: str, prompt: str, bench: str, correct: list[bool]) -> None:
+    work = rb.OUT / "work" / prompt / model / "eval" / "final" / model
+    work.mkdir(parents=True, exist_ok=True)
+    rows = [{"problem_id": f"p{i}", "decoding": "greedy", "sample_index": 0, "prompt": "QUESTION TEXT",
+             "completion": "Answer: A", "extracted": "A", "gold": "A", "correct": c, "finished": True, "n_tokens": 3}
+            for i, c in enumerate(correct)]
+    (work / f"{bench}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (work / "eval_manifest.json").write_text("{}", encoding="utf-8")
+
+
+def test_gpqa_rows_are_committed_without_the_question_and_the_page_reads_them(rb) -> None:
+    _cell(rb, "smol", "native", "gpqa_diamond", [True, False, False, False])
+    _cell(rb, "smol", "native", "gsm8k", [True, True])
+    gpqa = rb._publish("smol", "native", "gpqa_diamond")
+    assert "QUESTION TEXT" not in gpqa.read_text(encoding="utf-8")
+    assert "QUESTION TEXT" in rb._publish("smol", "native", "gsm8k").read_text(encoding="utf-8")
+    (rb.OUT / "items.json").write_text(json.dumps({b: [f"p{i}" for i in range(4 if b == "gpqa_diamond" else 2)]
+                                                   for b in rb.BENCHMARKS}), encoding="utf-8")
+    rec = {"commit": "abcdef1234567", "dirty": False, "seconds": 8.0, "load_seconds": 1.0, "n": 4, "cpu": "CPU x2",
+           "loadavg_start": 1.0}
+    rb._save_cells({"smol/native/gpqa_diamond": rec, "smol/native/gsm8k": dict(rec, n=2, seconds=2.0)})
+    page = rb.report()
+    row = next(line for line in page.splitlines() if line.startswith("| SmolLM2-135M-Instruct | native |"))
+    assert "100.0 [34–100]" in row and "25.0 [5–70]" in row  # gsm8k 2/2, gpqa 1/4 with Wilson intervals
+    assert "| smol/native/gpqa_diamond | 4 | 1 | 25.0 | 4.6–69.9 |" in page and "`abcdef1234`" in page
+
+
+@pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason="needs the offline data copy "
+                    "../shared/data (see its README.md)")
+def test_the_subsets_are_seeded_and_the_committed_ones_match(rb) -> None:
+    first, again = rb.plan(str(DATA)), rb.plan(str(DATA))
+    assert first == again and {b: len(v) for b, v in first.items()} == rb.SIZES
+    committed = REPO / "results" / "real-base" / "items.json"
+    assert json.loads(committed.read_text(encoding="utf-8")) == first
