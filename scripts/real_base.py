@@ -26,6 +26,7 @@ Wilson score interval of its greedy accuracy.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -151,6 +152,8 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
                                chunk=CHUNK, items_file=items, prompt=prompt, report=lambda line: print(line, flush=True))
                 secs = time.perf_counter() - t
                 _publish(model, prompt, bench)
+                lock = open(OUT / ".cells.lock", "w")  # two row processes may finish a cell at once
+                fcntl.flock(lock, fcntl.LOCK_EX)
                 cells = _cells()
                 cells[f"{model}/{prompt}/{bench}"] = {
                     "commit": commit, "dirty": dirty, "seconds": round(secs, 1), "load_seconds": round(load_s, 1),
@@ -164,6 +167,7 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
                 print(f"{model}/{prompt}/{bench}: {summary}", flush=True)
                 if commit_cells:
                     _commit_cell(f"{model}/{prompt}/{bench}", summary)
+                lock.close()
         finally:
             load_mod.load_model = real_load
         loaded = None  # free it before the next model loads
