@@ -96,6 +96,7 @@ def test_each_qwen_cohort_validates_and_trains_two_steps(cohort, tmp_path, monke
 
     from corl_bench.cli import app
     from corl_bench.config import load_config
+    from corl_bench.registries import COHORTS as REG
     from corl_bench.results import RunDir, read_jsonl
     from corl_bench.train.runner import run
 
@@ -112,8 +113,8 @@ def test_each_qwen_cohort_validates_and_trains_two_steps(cohort, tmp_path, monke
     info = rd.info()
     assert info["status"] == "finished" and info["profile"] == "hf" and info["cohort"] == cohort
     rows = [r for r in read_jsonl(rd.metrics_path) if "reward/mean" in r]
-    assert sorted((r["step"], r["agent"]) for r in rows) == sorted(
-        (s, a.name) for s in range(2) for a in cfg.cohort.agents)
+    names = [a.name for a in REG.get(cohort).agents]
+    assert sorted((r["step"], r["agent"]) for r in rows) == sorted((s, a) for s in range(2) for a in names)
     assert all(math.isfinite(r["reward/mean"]) and math.isfinite(r["loss"]) for r in rows)
     for a in info["agents"]:
         preds = read_jsonl(rd.predictions_path("final", a["name"], "gsm8k"))
