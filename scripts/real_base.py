@@ -49,6 +49,10 @@ SIZES = {"gsm8k": 40, "math500": 40, "aime24": 30, "aime25": 30, "amc83": 40, "g
 CAPS = {"gsm8k": 256, "math500": 384, "aime24": 384, "aime25": 384, "amc83": 384, "gpqa_diamond": 384,
         "humaneval": 256, "mbpp": 256}
 """New-token caps (the paper: 3072 sampled); a completion cut there counts as it stands (usually no answer)."""
+ROW_SIZES = {"qwen2.5-coder-1.5b": 10}
+"""Models whose row runs on a nested subset: the first n of each benchmark's same seeded order (so its problems are
+among every other row's), in ``results/real-base/items-<model>.json``. Fixed by cost before any cell of the row ran:
+the 0.5B row's measured seconds per problem x the parameter ratio (about 3) puts the 1.5B at n=40 near 5 hours here."""
 CHUNK = 20
 MODELS = {"smol": "SmolLM2-135M-Instruct", "gemma3-270m": "Gemma-3-270M (base)",
           "qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-1.5b": "Qwen2.5-Coder-1.5B-Instruct"}
@@ -57,8 +61,9 @@ STRIP = {"gpqa_diamond": ("prompt",)}
 """Fields left out of the committed rows (GPQA: the rendered prompt holds the question and its options)."""
 
 
-def plan(data_dir: str) -> dict[str, list[str]]:
-    """The seeded subsets (ids in the benchmark's data order)."""
+def plan(data_dir: str, cap: int | None = None) -> dict[str, list[str]]:
+    """The seeded subsets (ids in the benchmark's data order); ``cap``: at most that many of each (the first of the
+    same order, so a capped subset is nested in the full one)."""
     from corl_bench.eval.data import load_rows
     from corl_bench.eval.items import build_items
     from corl_bench.eval.specs import get_spec
@@ -69,9 +74,14 @@ def plan(data_dir: str) -> dict[str, list[str]]:
         ids = [str(it.id) for it in build_items(spec, load_rows(spec, data_dir))]
         order = list(ids)
         random.Random(f"{SEED}:{name}").shuffle(order)
-        chosen = set(order[: SIZES[name]])
+        chosen = set(order[: min(SIZES[name], cap or SIZES[name])])
         out[name] = [i for i in ids if i in chosen]
     return out
+
+
+def items_path(model: str) -> Path:
+    """The subset file a model's row runs on (:data:`ROW_SIZES`)."""
+    return OUT / (f"items-{model}.json" if model in ROW_SIZES else "items.json")
 
 
 def _git(*args: str) -> str:
@@ -126,9 +136,9 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
     from corl_bench.eval.targets import run_eval
 
     torch.set_num_threads(threads)
-    items = OUT / "items.json"
-    if not items.is_file():
-        raise SystemExit(f"{items} is missing; run: python scripts/real_base.py --plan")
+    for model in models:
+        if not items_path(model).is_file():
+            raise SystemExit(f"{items_path(model)} is missing; run: python scripts/real_base.py --plan")
     real_load = load_mod.load_model
     commit = _git("rev-parse", "HEAD")  # the code this process runs (later commits of cells do not change it)
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "corl_bench", "benchmarks", "scripts"))
@@ -149,7 +159,7 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
                 t = time.perf_counter()
                 res = run_eval(model, [bench], data_dir=data_dir, out=OUT / "work" / prompt / model, seed=0,
                                overrides={"samples": 0, "greedy": True, "max_new_tokens": CAPS[bench]},
-                               chunk=CHUNK, items_file=items, prompt=prompt, report=lambda line: print(line, flush=True))
+                               chunk=CHUNK, items_file=items_path(model), prompt=prompt, report=lambda line: print(line, flush=True))
                 secs = time.perf_counter() - t
                 _publish(model, prompt, bench)
                 lock = open(OUT / ".cells.lock", "w")  # two row processes may finish a cell at once
@@ -345,9 +355,9 @@ def main() -> None:
         ap.error("pick --plan, --run or --report")
     OUT.mkdir(parents=True, exist_ok=True)
     if args.plan:
-        path = OUT / "items.json"
-        path.write_text(json.dumps(plan(args.data_dir), indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {path}")
+        for path, cap in [(OUT / "items.json", None), *((items_path(m), n) for m, n in ROW_SIZES.items())]:
+            path.write_text(json.dumps(plan(args.data_dir, cap), indent=1) + "\n", encoding="utf-8")
+            print(f"wrote {path}")
     if args.run:
         bad = [m for m in args.models.split(",") if m not in MODELS]
         if bad:
