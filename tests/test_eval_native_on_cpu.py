@@ -47,7 +47,8 @@ def test_every_text_benchmark_has_a_native_prompt_that_renders(name: str, style:
     item = Item("x", "Compute $\\frac{1}{2}$ of {4}.", "2")
     text = render(nat, item)  # no tokenizer: the template as plain text; braces in shots must not break format()
     assert "Compute $\\frac{1}{2}$ of {4}." in text
-    assert nat.version == f"{spec.version}+native-{style}" and nat.grader == spec.grader
+    reply = "+reply" if style == "chat" and name in ("humaneval", "mbpp") else ""
+    assert nat.version == f"{spec.version}+native-{style}{reply}" and nat.grader == spec.grader
     assert nat.chat_template is (style == "chat") and nat.source == spec.source
     if style == "completion" and name == "humaneval":
         assert nat.prompt == spec.prompt  # the paper's base-model continuation is the native form
@@ -111,6 +112,23 @@ def test_items_file_errors_are_one_line(tmp_path) -> None:
     with pytest.raises(ConfigError, match="twice"):
         _subset("gsm8k", items, ["t1", "t1"], tmp_path)
     assert [it.id for it in _subset("gsm8k", items, ["t2", "t0"], tmp_path)] == ["t0", "t2"]  # benchmark order
+
+
+def test_native_chat_code_continues_evalplus_reply_opening_and_is_graded_with_it() -> None:
+    """EvalPlus' chat prompt: the assistant turn opens with its sentence and a ```python fence; the completion is
+    the block's body, and the sandbox runs opening + completion's block (not the text after the closing fence)."""
+    from corl_bench.eval.evaluator import _grade
+    from corl_bench.eval.native import CODE_RESPONSE
+
+    nat = native_spec(get_spec("mbpp"), "chat")
+    assert render(nat, Item("x", "Add two numbers.", "")).endswith("```\n" + CODE_RESPONSE)
+    assert render(native_spec(get_spec("mbpp"), "completion"), Item("x", "T", "")).endswith("[BEGIN]\n")
+    meta = {"kind": "mbpp", "tests": ["assert add(2, 3) == 5"]}
+    right = "def add(a, b):\n    return a + b\n```\n\nThe function adds ``a`` and ``b``."
+    wrong = "def add(a, b):\n    return a - b\n```\n"
+    graded = _grade(nat, [(Item("r", "", "", meta), right), (Item("w", "", "", meta), wrong)], timeout=10, workers=1)
+    assert [(code, ok) for code, ok, _ in graded] == [("def add(a, b):\n    return a + b\n", True),
+                                                     ("def add(a, b):\n    return a - b\n", False)]
 
 
 def test_eval_with_items_and_native_prompt_writes_only_those_problems_in_the_models_format(folders, tmp_path) -> None:

@@ -245,12 +245,13 @@ def load_scores(out_dir: Path, benchmarks: Mapping[str, Any]) -> dict[str, Bench
 
 def _grade(spec: BenchmarkSpec, pairs: list[tuple[Any, str]], timeout: float, workers: int
            ) -> list[tuple[Optional[str], bool, Optional[str]]]:
+    pre = spec.response_prefix  # the answer as the model wrote it: the prompt's primed opening, then the completion
     if spec.task != "code":
-        return [(*grade_text(text, it.gold, spec.extractor, spec.grader, getattr(it, "choices", None)), None)
+        return [(*grade_text(pre + text, it.gold, spec.extractor, spec.grader, getattr(it, "choices", None)), None)
                 for it, text in pairs]
     from corl_bench.eval.codeexec import run_many
 
-    codes = [extract_code(text) for _, text in pairs]
+    codes = [extract_code(pre + text) for _, text in pairs]
     results = run_many([(code, it.meta) for code, (it, _) in zip(codes, pairs)], timeout=timeout, workers=workers)
     return [(code, passed, status) for code, (passed, status) in zip(codes, results)]
 

@@ -175,5 +175,6 @@ def render(spec: BenchmarkSpec, item: Item, tokenizer: Any = None) -> str:
     if spec.chat_template and tokenizer is not None and getattr(tokenizer, "chat_template", None):
         messages = ([{"role": "system", "content": spec.system}] if spec.system else []) + \
                    [{"role": "user", "content": text}]
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return text
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + \
+            spec.response_prefix
+    return text + spec.response_prefix

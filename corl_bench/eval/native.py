@@ -9,7 +9,11 @@ The rule, decided from the models' cards and never by trying prompts on test ite
   math — reason step by step and end with ``The answer is: ...`` (the MetaMathQA answer line that SmolLM2's and
   Qwen2.5's instruction data carry; the paper's ``\\boxed{}`` instruction is Qwen's own documented math prompt,
   which the ``paper`` row already is); GPQA — OpenAI simple-evals' multiple-choice instruction (``Answer: X`` on the
-  last line); HumanEval and MBPP — EvalPlus' instruction prompt (a self-contained script in a markdown code block).
+  last line); HumanEval and MBPP — EvalPlus' chat prompt: its instruction (a self-contained script in a markdown
+  code block) and its reply opening (a sentence and an open ```` ```python ```` fence the model continues; graded as
+  opening + completion). Until 2026-12-06 the reply opening was missing: Qwen2.5-Coder-0.5B then opened its block
+  with ```` ``` ```` and a line ``python`` on all 40 MBPP problems and 23 of 40 HumanEval (every such program failed
+  on the name ``python``) — found in the real base table, fixed to EvalPlus' format, cells rerun.
 * **completion** — a model without a chat template (a pretrained base model: Gemma-3-270M) continues plain text in
   the few-shot formats base models are evaluated with: GSM8K — the first four of Wei et al.'s chain-of-thought
   exemplars (hand-written, not GSM8K items) as ``Q: ... A: ... The answer is N.``; MATH-500, AIME, AMC — Minerva's
@@ -46,6 +50,10 @@ CHAT_GPQA = ("Answer the following multiple choice question. The last line of yo
              "before answering.\n\n{problem}")
 CHAT_CODE = ("Please provide a self-contained Python script that solves the following problem in a markdown code "
              "block:\n```\n{problem}\n```\n")
+CODE_RESPONSE = ("Below is a Python script with a self-contained function that solves the problem and passes "
+                 "corresponding tests:\n```python\n")
+"""EvalPlus' reply opening for chat models (its ``response_prefix`` and the open fence its ``make_raw_chat_prompt``
+puts in the assistant turn): the model continues inside a python block"""
 
 GSM8K_SHOTS = (
     ("There are 15 trees in the grove. Grove workers will plant trees in the grove today. After they are done, there "
@@ -145,7 +153,7 @@ def _chat(spec: BenchmarkSpec) -> dict[str, Any]:
     if spec.task == "mcq":
         return {"prompt": CHAT_GPQA, "extractor": "letter", "stop": ()}
     if spec.name in ("humaneval", "mbpp"):
-        return {"prompt": CHAT_CODE, "extractor": spec.extractor, "stop": ()}
+        return {"prompt": CHAT_CODE, "extractor": spec.extractor, "stop": (), "response_prefix": CODE_RESPONSE}
     raise ConfigError(f"--prompt native: no native chat prompt for {spec.name}; use --prompt paper")
 
 
@@ -159,6 +167,6 @@ def native_spec(spec: BenchmarkSpec, style: str) -> BenchmarkSpec:
                           "--prompt paper")
     new = _chat(spec) if style == "chat" else _completion(spec)
     dec = dataclasses.replace(spec.decoding, stop=tuple(new["stop"]))
-    return dataclasses.replace(spec, version=f"{spec.version}+native-{style}", prompt=new["prompt"],
+    return dataclasses.replace(spec, version=f"{spec.version}+native-{style}" + ("+reply" if new.get("response_prefix") else ""), prompt=new["prompt"],
                                extractor=new["extractor"], chat_template=style == "chat", system=None, fewshot=0,
-                               decoding=dec)
+                               decoding=dec, response_prefix=new.get("response_prefix", ""))

@@ -117,6 +117,10 @@ class BenchmarkSpec:
     appended (the problem text lists them already)"""
     record_fields: tuple[str, ...] = ()
     """data fields copied into every prediction row under ``meta`` (We-Math: ``we_math_id``, ``key``)"""
+    response_prefix: str = ""
+    """text the answer starts with: appended to the rendered prompt (after the chat template's generation prompt),
+    and the completion is graded as ``response_prefix + completion`` (EvalPlus primes an instruction-tuned model's
+    reply with a sentence and an open ```` ```python ```` fence: :mod:`corl_bench.eval.native`)"""
     ask_as_trained: bool = False
     """in a training run, each agent is asked an item as it is asked a training problem (its cohort ``prompt:``
     format, chat template and stop strings, through the profile's ``render``) instead of by ``prompt`` below, which
@@ -222,7 +226,7 @@ def parse_spec(raw: Mapping[str, Any], origin: str = "spec") -> BenchmarkSpec:
         chat_template=bool(raw.get("chat_template", False)), system=raw.get("system"),
         fewshot=int(raw.get("fewshot", 0) or 0), profile=raw.get("profile"), notes=str(raw.get("notes", "")),
         modality=modality, choices_template=template, record_fields=tuple(fields_),
-        ask_as_trained=bool(raw.get("ask_as_trained", False)))
+        response_prefix=str(raw.get("response_prefix") or ""), ask_as_trained=bool(raw.get("ask_as_trained", False)))
 
 
 def _registered(registry: Any, name: Any, where: str) -> str:
