@@ -45,7 +45,7 @@ def one(args: argparse.Namespace) -> dict:
     from corl_bench.config import AgentSpec, GRPOConfig, MemoryConfig
     from corl_bench.models.load import load_model
     from corl_bench.rollout import Completion
-    from corl_bench.train import grpo
+    from corl_bench.advantages import group_advantages
     from corl_bench.train.agent import Agent
     from corl_bench.train.boundary import TrainSample
 
@@ -70,7 +70,7 @@ def one(args: argparse.Namespace) -> dict:
     agent = Agent(AgentSpec(name="bench", family=args.model), model, tok, GRPOConfig(lr=1e-6), temperature=1.0,
                   memory=mem)
     rewards = torch.rand(args.prompts, args.samples, generator=g)
-    adv = grpo.group_advantages(rewards).reshape(-1).tolist()
+    adv = group_advantages(rewards).reshape(-1).tolist()
     import gc
 
     gc.collect()
