@@ -183,6 +183,24 @@ def run(models: list[str], prompts: list[str], benchmarks: list[str], data_dir: 
         loaded = None  # free it before the next model loads
 
 
+def common_table(cells: dict) -> str:
+    """Greedy accuracy of every model and prompt on the intersection of all rows' subsets (the nested smallest one)."""
+    subsets = [json.loads(items_path(m).read_text(encoding="utf-8")) for m in MODELS if items_path(m).is_file()]
+    if not subsets:
+        return "(no subsets planned)"
+    lines = ["| model | prompt | " + " | ".join(BENCHMARKS) + " |", "|" + "---|" * (len(BENCHMARKS) + 2)]
+    for model in MODELS:
+        for prompt in PROMPTS:
+            out = []
+            for bench in BENCHMARKS:
+                keep = set.intersection(*(set(s[bench]) for s in subsets))
+                rows = _rows(model, prompt, bench) if f"{model}/{prompt}/{bench}" in cells else None
+                rows = [r for r in rows or [] if str(r["problem_id"]) in keep]
+                out.append(f"{sum(bool(r['correct']) for r in rows)}/{len(rows)}" if len(rows) == len(keep) else "–")
+            lines.append(f"| {MODELS[model]} | {prompt} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     """Wilson score interval of k successes in n trials."""
     if n == 0:
@@ -219,7 +237,7 @@ def report() -> str:
     from corl_bench.eval.native import style_of  # noqa: F401  (the page cites its rule)
 
     cells = _cells()
-    items = json.loads((OUT / "items.json").read_text(encoding="utf-8"))
+    items = {m: json.loads(items_path(m).read_text(encoding="utf-8")) for m in MODELS if items_path(m).is_file()}
     head = "| model | prompt | " + " | ".join(BENCHMARKS) + " |"
     lines = [head, "|" + "---|" * (len(BENCHMARKS) + 2)]
     detail = ["| cell | n | correct | greedy % | 95 % Wilson | paper's extractor % | no answer % | hit cap % | "
@@ -235,8 +253,8 @@ def report() -> str:
                     out.append("–")
                     continue
                 n, k = len(rows), sum(bool(r["correct"]) for r in rows)
-                if n != len(items[bench]):
-                    out.append(f"({n}/{len(items[bench])} rows)")
+                if n != len(items[model][bench]):
+                    out.append(f"({n}/{len(items[model][bench])} rows)")
                     continue
                 lo, hi = wilson(k, n)
                 out.append(f"{100 * k / n:.1f} [{100 * lo:.0f}–{100 * hi:.0f}]")
@@ -254,11 +272,15 @@ def report() -> str:
     notes = [f"* {key}: {c['note']}" for key, c in sorted(cells.items()) if c.get("note")]
     if notes:
         detail += ["", "Notes on cells:", "", *notes]
-    sizes = ", ".join(f"{b} {len(items[b])}" for b in BENCHMARKS)
+    full = json.loads((OUT / "items.json").read_text(encoding="utf-8"))
+    sizes = ", ".join(f"{b} {len(full[b])}" for b in BENCHMARKS)
+    nested = "; ".join(f"{MODELS[m]}: the first {n} of each order (`results/real-base/items-{m}.json`)"
+                       for m, n in ROW_SIZES.items())
     caps = ", ".join(f"{b} {CAPS[b]}" for b in BENCHMARKS)
     cpus = sorted({c["cpu"] for c in cells.values()})
     loads = [c["loadavg_start"] for c in cells.values()]
-    return TEMPLATE.format(table="\n".join(lines), detail="\n".join(detail), sizes=sizes, caps=caps, seed=SEED,
+    return TEMPLATE.format(table="\n".join(lines), detail="\n".join(detail), sizes=sizes, nested=nested,
+                           common=common_table(cells), caps=caps, seed=SEED,
                            chunk=CHUNK, cpus=", ".join(cpus) or "–",
                            threads=" or ".join(str(t) for t in sorted({c.get("threads", 2) for c in cells.values()})), total=total / 60, n_cells=len(cells),
                            loads=f"{min(loads):.1f}–{max(loads):.1f}" if loads else "–")
@@ -282,7 +304,9 @@ for the code column.
 **Subsets** (seed {seed}: each benchmark's problems shuffled with `random.Random("{seed}:<benchmark>")`, the first n
 kept, listed in `results/real-base/items.json`): {sizes}. They are small — a cell of 40 problems has an interval of
 about ±15 points — because the sizes were fixed so that the most expensive row this CPU could run (Qwen2.5-Coder-0.5B)
-takes about an hour; the sizes and caps were fixed before any cell ran and never depended on a score.
+takes about an hour; the sizes and caps were fixed before any cell ran and never depended on a score. Rows on a
+smaller nested subset, fixed by cost before the row ran: {nested}. Their cells are the first n problems of the same
+orders, so they are compared with the other models on those problems below.
 
 **Decoding.** Greedy, one completion per problem (`--greedy --samples 0`), the engine `fast`, {chunk} problems per
 batch, new-token caps (the paper samples with 3072): {caps}. A completion cut at its cap counts as it stands.
@@ -314,6 +338,13 @@ part of a question.
 **Cost.** {n_cells} cells done, {total:.0f} min of evaluation in all (model loading not counted; it is in each cell's
 record), on {cpus}, one evaluation process at a time with {threads} torch thread(s) (per cell in `cells.json`); the 1-minute load average at the start of the cells
 was {loads} (other jobs shared the two cores at times: timings are indicative).
+
+## Every model on the smallest subset
+
+Each cell re-scored on the problems of the smallest row's subset only (the first 10 of each seeded order; the rows
+above differ in n, so this is the like-for-like comparison; with 10 problems an interval is about ±30 points):
+
+{common}
 
 ## Every cell
 
