@@ -4,6 +4,7 @@
     python scripts/real_base.py --plan                       # the seeded subsets -> results/real-base/items.json
     python scripts/real_base.py --run --models smol          # evaluate what is missing (resumable, cell by cell)
     python scripts/real_base.py --report                     # results/real-base.md from the committed predictions
+    python scripts/real_base.py --redo smol/native/mbpp --reason "..."   # run a cell again (the old one is kept)
 
 A *cell* is (model, prompt, benchmark). Each is scored by ``corl-bench eval``'s own function
 (:func:`corl_bench.eval.targets.run_eval`) with ``--items results/real-base/items.json --prompt <paper|native>
@@ -122,7 +123,8 @@ def _publish(model: str, prompt: str, bench: str) -> Path:
 
 def _commit_cell(key: str, summary: str) -> None:
     """Commit one finished cell's predictions and the cell records (only those paths)."""
-    paths = [str(OUT / "predictions"), str(OUT / "cells.json")]
+    paths = [str(OUT / "predictions"), str(OUT / "cells.json")] + \
+        ([str(OUT / "superseded.json")] if (OUT / "superseded.json").is_file() else [])
     subprocess.run(["git", "add", "--", *paths], cwd=REPO, check=True)
     subprocess.run(["git", "commit", "-q", "-m", f"real base table: cell {key} ({summary})", "--", *paths], cwd=REPO,
                    check=False)
@@ -201,6 +203,41 @@ def common_table(cells: dict) -> str:
     return "\n".join(lines)
 
 
+def redo(keys: list[str], reason: str) -> None:
+    """Take finished cells out of ``cells.json`` so that ``--run`` evaluates them again; each old record, with its
+    score, goes to ``superseded.json`` with ``reason`` (the page lists them), and its work rows are removed."""
+    if not reason.strip():
+        raise SystemExit("--redo needs --reason: why the cells are run again (the page shows it)")
+    path = OUT / "superseded.json"
+    with open(OUT / ".cells.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cells = _cells()
+        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+        for key in keys:
+            if key not in cells:
+                raise SystemExit(f"--redo {key}: not a finished cell (keys look like qwen2.5-coder-0.5b/native/mbpp)")
+            model, prompt, bench = key.split("/")
+            rows = _rows(model, prompt, bench) or []
+            old.append({"cell": key, "correct": sum(bool(r["correct"]) for r in rows), "n": len(rows),
+                        "reason": reason, "superseded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "record": cells.pop(key)})
+            (OUT / "work" / prompt / model / "eval" / "final" / model / f"{bench}.jsonl").unlink(missing_ok=True)
+            print(f"{key}: taken out ({old[-1]['correct']}/{old[-1]['n']} before); --run evaluates it again")
+        path.write_text(json.dumps(old, indent=1) + "\n", encoding="utf-8")
+        _save_cells(cells)
+
+
+def superseded_lines() -> list[str]:
+    path = OUT / "superseded.json"
+    if not path.is_file():
+        return []
+    out = ["", "Superseded cells (run again; the first result is kept here and in git history):", ""]
+    for s in json.loads(path.read_text(encoding="utf-8")):
+        out.append(f"* {s['cell']}: {s['correct']}/{s['n']} at `{s['record']['commit'][:10]}`, superseded "
+                   f"{s['superseded_at'][:10]}: {s['reason']}")
+    return out
+
+
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     """Wilson score interval of k successes in n trials."""
     if n == 0:
@@ -272,6 +309,7 @@ def report() -> str:
     notes = [f"* {key}: {c['note']}" for key, c in sorted(cells.items()) if c.get("note")]
     if notes:
         detail += ["", "Notes on cells:", "", *notes]
+    detail += superseded_lines()
     full = json.loads((OUT / "items.json").read_text(encoding="utf-8"))
     sizes = ", ".join(f"{b} {len(full[b])}" for b in BENCHMARKS)
     nested = "; ".join(f"{MODELS[m]}: the first {n} of each order (`results/real-base/items-{m}.json`)"
@@ -381,14 +419,18 @@ def main() -> None:
     ap.add_argument("--data-dir", default=os.environ.get("CORL_BENCH_DATA") or str(REPO.parent / "shared" / "data"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--commit", action="store_true", help="git-commit each finished cell's predictions")
+    ap.add_argument("--redo", default="", help="cells (model/prompt/benchmark, comma-separated) to run again")
+    ap.add_argument("--reason", default="", help="why --redo: recorded with the superseded cells")
     args = ap.parse_args()
-    if not (args.plan or args.run or args.report):
-        ap.error("pick --plan, --run or --report")
+    if not (args.plan or args.run or args.report or args.redo):
+        ap.error("pick --plan, --run, --redo or --report")
     OUT.mkdir(parents=True, exist_ok=True)
     if args.plan:
         for path, cap in [(OUT / "items.json", None), *((items_path(m), n) for m, n in ROW_SIZES.items())]:
             path.write_text(json.dumps(plan(args.data_dir, cap), indent=1) + "\n", encoding="utf-8")
             print(f"wrote {path}")
+    if args.redo:
+        redo(args.redo.split(","), args.reason)
     if args.run:
         bad = [m for m in args.models.split(",") if m not in MODELS]
         if bad:

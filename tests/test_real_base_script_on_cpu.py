@@ -64,3 +64,24 @@ def test_the_subsets_are_seeded_and_the_committed_ones_match(rb) -> None:
     assert first == again and {b: len(v) for b, v in first.items()} == rb.SIZES
     committed = REPO / "results" / "real-base" / "items.json"
     assert json.loads(committed.read_text(encoding="utf-8")) == first
+    for model, n in rb.ROW_SIZES.items():  # a smaller row: the first n of the same orders, nested in the full subsets
+        capped = rb.plan(str(DATA), n)
+        assert all(set(capped[b]) <= set(first[b]) and len(capped[b]) == min(n, rb.SIZES[b]) for b in first)
+        assert json.loads((committed.parent / rb.items_path(model).name).read_text(encoding="utf-8")) == capped
+
+
+def test_redo_takes_a_cell_out_keeps_its_old_score_and_the_page_lists_it(rb) -> None:
+    _cell(rb, "smol", "native", "mbpp", [False, False])
+    rb._publish("smol", "native", "mbpp")
+    (rb.OUT / "items.json").write_text(json.dumps({b: ["p0", "p1"] for b in rb.BENCHMARKS}), encoding="utf-8")
+    rb._save_cells({"smol/native/mbpp": {"commit": "0123456789ab", "seconds": 1.0, "n": 2, "cpu": "CPU x2",
+                                         "loadavg_start": 1.0}})
+    with pytest.raises(SystemExit, match="--reason"):
+        rb.redo(["smol/native/mbpp"], " ")
+    with pytest.raises(SystemExit, match="not a finished cell"):
+        rb.redo(["smol/native/gsm8k"], "why")
+    rb.redo(["smol/native/mbpp"], "prompt fixed")
+    assert rb._cells() == {}  # --run evaluates it again
+    assert not (rb.OUT / "work" / "native" / "smol" / "eval" / "final" / "smol" / "mbpp.jsonl").exists()
+    page = rb.report()
+    assert "* smol/native/mbpp: 0/2 at `0123456789`, superseded" in page and "prompt fixed" in page
