@@ -79,6 +79,8 @@ def one(args: argparse.Namespace) -> dict:
     t1, c1 = time.perf_counter(), time.process_time()
     agent.score(samples)
     t2 = time.perf_counter()
+    score_peak = _status_gb("self", "VmHWM")
+    Path("/proc/self/clear_refs").write_text("5")  # the update's own peak (the step's is the larger of the two)
     upd = agent.update(adv, max_len=args.tokens)
     t3, c3 = time.perf_counter(), time.process_time()
     return {"model": args.model, "micro_batch": args.micro_batch, "logit_chunk": args.logit_chunk,
@@ -86,7 +88,8 @@ def one(args: argparse.Namespace) -> dict:
             "shape": [args.prompts, args.samples, args.tokens], "threads": torch.get_num_threads(),
             "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1), "vocab": vocab,
             "load_s": round(load_s, 1), "load_peak_gb": round(load_peak, 2), "rss_before_step_gb": round(before, 2),
-            "step_peak_gb": round(_status_gb("self", "VmHWM"), 2), "score_s": round(t2 - t1, 1),
+            "step_peak_gb": round(max(score_peak, _status_gb("self", "VmHWM")), 2),
+            "score_peak_gb": round(score_peak, 2), "update_peak_gb": round(_status_gb("self", "VmHWM"), 2), "score_s": round(t2 - t1, 1),
             "update_s": round(t3 - t2, 1), "step_s": round(t3 - t1, 1), "step_cpu_s": round(c3 - c1, 1),
             "loadavg": os.getloadavg()[0], "loss": upd.loss,
             "grad_norm": upd.grad_norm, "n_tokens": upd.n_tokens}

@@ -1,0 +1,252 @@
+#!/usr/bin/env python
+"""What one GRPO training step of a real model costs on this machine: seconds by phase and peak memory (issue 40).
+
+    make qwen                                             # the Qwen2.5-Coder parts (once)
+    python scripts/step_costs.py --plan                   # the grid and validate's memory estimate per cell
+    python scripts/step_costs.py --run --commit           # run every cell not yet in results/step-costs/cells.json
+    python scripts/step_costs.py --run --only qwen05b-full/k4/t32   # one cell (KEY as --plan lists it)
+    python scripts/step_costs.py --report                 # results/step-costs.md from the cell records
+
+The grid: Qwen2.5-Coder-0.5B-Instruct fully fine-tuned, Qwen2.5-Coder-0.5B and -1.5B as LoRA adapters (rank 16), at
+8 prompts x 4 and x 8 samples and 32, 128 and 256 new tokens. Each cell is one ``corl-bench run`` in a fresh process:
+one agent, the TTRL method (a Co-RL step of two agents costs about the sum of its two agents' steps; the local backend
+runs them one after the other), GSM8K training prompts, the hf profile's defaults for everything not named here (its
+memory fit chooses micro_batch and logit_chunk, recorded per cell), 2 steps, and a 1-problem, 8-token evaluation that
+is not counted. The step's phases are the run's own ``time/*`` metrics (rollout = generation, forward = the
+log-probs of the sampled tokens, reward, update = backward and optimizer); the table shows the second step (the first
+also allocates AdamW's state and is recorded too). Completions stop at EOS, so the mean completion length is
+recorded beside the cap. Peak memory is the run process's ``VmHWM`` (peak resident set: weights, AdamW state,
+activations, the loaded model's copies, Python and torch), compared with the estimate ``corl-bench validate`` prints
+for the same config. A cell whose estimate exceeds this machine's memory is refused by the run in one line, which is
+recorded. Timings are only comparable within one machine and load: the CPU, threads and load average are recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "results" / "step-costs"
+PAGE = REPO / "results" / "step-costs.md"
+MODELS = {  # key: (model entry, LoRA rank or 0 = full fine-tuning)
+    "qwen05b-full": ("qwen2.5-coder-0.5b", 0),
+    "qwen05b-lora": ("qwen2.5-coder-0.5b", 16),
+    "qwen15b-lora": ("qwen2.5-coder-1.5b", 16),
+}
+SAMPLES = (4, 8)
+TOKENS = (32, 128, 256)
+PROMPTS = 8
+PHASES = ("rollout", "forward", "reward", "update")
+
+
+def cells() -> list[str]:
+    return [f"{m}/k{k}/t{t}" for m in MODELS for k in SAMPLES for t in TOKENS]
+
+
+def _parse(key: str) -> tuple[str, int, int, int]:
+    m, k, t = key.split("/")
+    if m not in MODELS:
+        raise SystemExit(f"unknown cell {key!r}; --plan lists them")
+    return MODELS[m][0], MODELS[m][1], int(k[1:]), int(t[1:])
+
+
+def config(key: str, out: Path, data: str, threads: int) -> dict:
+    """The run config of one cell (the YAML a user can rerun with ``corl-bench run --config``)."""
+    family, rank, k, t = _parse(key)
+    agent = {"name": "a0", "family": family, "seed_offset": 0, **({"lora_rank": rank} if rank else {})}
+    return {"model": {"profile": "hf", "threads": threads},
+            "cohort": {"name": f"step-cost-{key.split('/')[0]}", "profile": "hf", "agents": [agent]},
+            "method": {"name": "ttrl"},
+            "rollout": {"prompts_per_step": PROMPTS, "samples_per_prompt": k, "max_new_tokens": t},
+            "eval": {"benchmarks": ["gsm8k"], "max_problems": 1, "samples": 0, "greedy": True, "max_new_tokens": 8,
+                     "before": False},
+            "data": {"train": "gsm8k-train", "data_dir": data},
+            "run": {"steps": 2, "seed": 0, "save_checkpoints": False, "checkpoint_every": 0, "output_dir": str(out),
+                    "run_id": "cell"}}
+
+
+def _cli() -> str:
+    return str(Path(sys.executable).with_name("corl-bench"))
+
+
+def _write_config(cfg: dict, path: Path) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def estimate(key: str, data: str, threads: int) -> tuple[float | None, str]:
+    """validate's estimated peak GB for the cell (None + its one-line refusal where it does not fit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write_config(config(key, Path(tmp), data, threads), Path(tmp) / "cell.yaml")
+        res = subprocess.run([_cli(), "validate", "--config", str(path)], cwd=REPO, capture_output=True, text=True,
+                             env=dict(os.environ, COLUMNS="400"))
+    text = res.stdout + res.stderr
+    m = re.search(r"estimated peak of a training step: ([0-9.]+) GB", text)
+    if res.returncode:
+        return (float(m.group(1)) if m else None), next((ln for ln in text.splitlines() if "error" in ln), text[-300:])
+    return (float(m.group(1)) if m else None), ""
+
+
+def _watch(proc: subprocess.Popen) -> float:
+    """The process's peak resident set (GB, its VmHWM) read until it exits."""
+    peak = 0.0
+    while proc.poll() is None:
+        try:
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) * 1024 / 1e9)
+        except OSError:
+            break
+        time.sleep(0.2)
+    return peak
+
+
+def measure(key: str, data: str, threads: int) -> dict:
+    """Run one cell and return its record."""
+    from corl_bench.results import RunDir, read_jsonl
+
+    est, refusal = estimate(key, data, threads)
+    rec: dict = {"estimate_gb": est, "threads": threads, "cpu": _cpu(), "loadavg_start": round(os.getloadavg()[0], 2),
+                 "commit": _git("rev-parse", "HEAD")}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write_config(config(key, Path(tmp), data, threads), Path(tmp) / "cell.yaml")
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([_cli(), "run", "--config", str(path)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        peak = _watch(proc)
+        err = proc.stderr.read() if proc.stderr else ""
+        proc.wait()
+        rec.update(wall_s=round(time.perf_counter() - t0, 1), loadavg_end=round(os.getloadavg()[0], 2))
+        if proc.returncode:
+            last = [ln for ln in err.strip().splitlines() if ln.strip()]
+            rec.update(refused=last[-1] if last else f"exit {proc.returncode}", validate=refusal)
+            return rec
+        rd = RunDir(Path(tmp) / "cell")
+        rows = [r for r in read_jsonl(rd.metrics_path) if "reward/mean" in r]
+        info = rd.info()
+        rec.update(peak_gb=round(peak, 2), resolved=info.get("resolved", []),
+                   steps=[{**{p: round(r.get(f"time/{p}", 0.0), 2) for p in PHASES},
+                           "mean_length": round(r.get("len/mean", float("nan")), 1),
+                           "clipped": round(r.get("len/clipped_ratio", float("nan")), 2)}
+                          for r in sorted(rows, key=lambda r: r["step"])])
+    return rec
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
+    return "unknown"
+
+
+def _records() -> dict:
+    path = OUT / "cells.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def run(keys: list[str], data: str, threads: int, commit: bool) -> None:
+    for key in keys:
+        if key in _records():
+            print(f"{key}: done (in {OUT / 'cells.json'})", flush=True)
+            continue
+        print(f"{key}: running", flush=True)
+        rec = measure(key, data, threads)
+        recs = _records()
+        recs[key] = rec
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "cells.json").write_text(json.dumps(recs, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"{key}: {_summary(rec)}", flush=True)
+        if commit:
+            subprocess.run(["git", "add", "--", str(OUT / "cells.json")], cwd=REPO, check=True)
+            subprocess.run(["git", "commit", "-q", "-m", f"step costs: cell {key} ({_summary(rec)})", "--",
+                            str(OUT / "cells.json")], cwd=REPO, check=False)
+
+
+def _summary(rec: dict) -> str:
+    if "refused" in rec:
+        return f"refused: {rec['refused'][:160]}"
+    s = rec["steps"][-1]
+    return (f"step {sum(s[p] for p in PHASES):.0f} s (" + ", ".join(f"{p} {s[p]:.0f}" for p in PHASES) +
+            f"), peak {rec['peak_gb']:.1f} GB, estimate {rec['estimate_gb']} GB")
+
+
+def report() -> str:
+    recs = _records()
+    lines = ["# What a training step of a Qwen2.5-Coder model costs on a CPU", "",
+             "Generated by `python scripts/step_costs.py --report` from `results/step-costs/cells.json` (issue 40, "
+             "item 4). Do not edit by hand. How each cell is measured: the docstring of `scripts/step_costs.py`.", "",
+             f"{PROMPTS} prompts per step, one agent, TTRL, GSM8K training prompts. Seconds of the **second** step by "
+             "phase; peak = the run process's peak resident set; estimate = `corl-bench validate`'s estimated peak; "
+             "ratio = estimate / peak. \"–\" = not measured yet.", "",
+             "| model | samples | new tokens | mean length | rollout s | forward s | update s | step s | first step s "
+             "| peak GB | estimate GB | ratio | micro_batch / logit_chunk |", "|" + "---|" * 13]
+    for key in cells():
+        m, k, t = key.split("/")
+        rec = recs.get(key)
+        head = f"| {m} | {k[1:]} | {t[1:]} |"
+        if rec is None:
+            lines.append(head + " – |" * 10)
+            continue
+        if "refused" in rec:
+            lines.append(head + f" refused: {rec['refused']} |" + " |" * 9)
+            continue
+        s, first = rec["steps"][-1], rec["steps"][0]
+        fit = next((ln.split(":", 1)[1].split("(")[0].strip() for ln in rec.get("resolved", [])
+                    if "micro_batch" in ln), "")
+        ratio = f"{rec['estimate_gb'] / rec['peak_gb']:.2f}" if rec.get("estimate_gb") else "–"
+        lines.append(head + f" {s['mean_length']} | {s['rollout']:.0f} | {s['forward']:.0f} | {s['update']:.0f} | "
+                     f"{sum(s[p] for p in PHASES):.0f} | {sum(first[p] for p in PHASES):.0f} | {rec['peak_gb']:.1f} | "
+                     f"{rec['estimate_gb']} | {ratio} | {fit} |")
+    done = [r for r in recs.values() if "steps" in r]
+    if done:
+        cpus = sorted({r["cpu"] for r in done})
+        loads = [r[x] for r in done for x in ("loadavg_start", "loadavg_end")]
+        lines += ["", f"Measured on {', '.join(cpus)} with {sorted({r['threads'] for r in done})} torch thread(s); "
+                  f"1-minute load average {min(loads):.1f}–{max(loads):.1f} at the cells' start and end; commits "
+                  f"{', '.join(sorted({r['commit'][:7] for r in done}))}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", action="store_true", help="list the cells with validate's estimate")
+    ap.add_argument("--run", action="store_true", help="run the cells not yet recorded")
+    ap.add_argument("--report", action="store_true", help=f"write {PAGE.relative_to(REPO)}")
+    ap.add_argument("--only", action="append", default=[], help="a cell KEY (repeatable); default: every cell")
+    ap.add_argument("--data", default=os.environ.get("CORL_BENCH_DATA", str(REPO.parent / "shared" / "data")),
+                    help="where gsm8k-train is (default: $CORL_BENCH_DATA, else ../shared/data)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of each run")
+    ap.add_argument("--commit", action="store_true", help="git-commit the cell records after each cell")
+    args = ap.parse_args()
+    keys = args.only or cells()
+    for key in keys:
+        _parse(key)
+    if args.plan:
+        for key in keys:
+            est, refusal = estimate(key, args.data, args.threads)
+            print(f"{key}: estimate {est} GB" + (f"; refused: {refusal}" if refusal else ""), flush=True)
+    if args.run:
+        run(keys, args.data, args.threads, args.commit)
+    if args.report:
+        PAGE.write_text(report(), encoding="utf-8")
+        print(f"wrote {PAGE.relative_to(REPO)}")
+    if not (args.plan or args.run or args.report):
+        ap.error("say --plan, --run or --report")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""``scripts/step_costs.py`` (issue 40, item 4) without the models: every cell's config is a valid run config that
+says what the cell's key says, and the page from stored records (measured, refused and missing cells)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture()
+def sc(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("step_costs", REPO / "scripts" / "step_costs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "OUT", tmp_path / "step-costs")
+    monkeypatch.setattr(mod, "PAGE", tmp_path / "step-costs.md")
+    return mod
+
+
+def test_the_grid_is_the_issues_three_models_two_sample_counts_three_token_caps(sc) -> None:
+    keys = sc.cells()
+    assert len(keys) == 18 and len(set(keys)) == 18
+    assert {sc._parse(k)[:2] for k in keys} == {("qwen2.5-coder-0.5b", 0), ("qwen2.5-coder-0.5b", 16),
+                                                 ("qwen2.5-coder-1.5b", 16)}
+    assert {sc._parse(k)[2:] for k in keys} == {(k, t) for k in (4, 8) for t in (32, 128, 256)}
+    with pytest.raises(SystemExit, match="unknown cell"):
+        sc._parse("qwen7b-full/k4/t32")
+
+
+@pytest.mark.parametrize("key", ["qwen05b-full/k8/t256", "qwen15b-lora/k4/t32"])
+def test_a_cells_config_loads_as_a_run_config_with_the_cells_shape(sc, tmp_path, key) -> None:
+    import yaml
+
+    from corl_bench.config import load_config
+
+    path = sc._write_config(sc.config(key, tmp_path / "out", str(tmp_path / "data"), 2), tmp_path / "cell.yaml")
+    cfg = load_config(str(path), [])
+    family, rank, k, t = sc._parse(key)
+    assert (cfg.rollout.prompts_per_step, cfg.rollout.samples_per_prompt, cfg.rollout.max_new_tokens) == (8, k, t)
+    assert [(a.family, a.lora_rank or 0) for a in cfg.cohort.agents] == [(family, rank)]
+    assert cfg.method.name == "ttrl" and cfg.run.steps == 2 and cfg.model.profile == "hf" and cfg.model.threads == 2
+    assert not cfg.eval.before and cfg.eval.max_problems == 1
+    assert yaml.safe_load(path.read_text()) == sc.config(key, tmp_path / "out", str(tmp_path / "data"), 2)
+
+
+def test_the_page_shows_measured_refused_and_missing_cells(sc) -> None:
+    step = {"rollout": 10.0, "forward": 2.0, "reward": 0.0, "update": 4.0, "mean_length": 30.5, "clipped": 0.9}
+    recs = {"qwen05b-full/k4/t32": {"estimate_gb": 11.0, "peak_gb": 10.0, "threads": 2, "cpu": "AMD EPYC x2",
+                                    "loadavg_start": 0.1, "loadavg_end": 1.9, "commit": "abcdef0123",
+                                    "resolved": ["hf profile: memory.micro_batch=32 memory.logit_chunk=256 (fit to 24 GB)"],
+                                    "steps": [{**step, "update": 9.0}, step]},
+            "qwen15b-lora/k8/t256": {"estimate_gb": 30.0, "refused": "error: one training step needs about 30 GB",
+                                     "threads": 2, "cpu": "AMD EPYC x2", "commit": "abcdef0123"}}
+    sc.OUT.mkdir(parents=True)
+    (sc.OUT / "cells.json").write_text(json.dumps(recs), encoding="utf-8")
+    page = sc.report()
+    rows = [ln for ln in page.splitlines() if ln.startswith("| qwen")]
+    assert len(rows) == 18
+    first = rows[0].split(" | ")
+    assert first[:4] == ["| qwen05b-full", "4", "32", "30.5"] and first[7] == "16" and first[8] == "21"
+    assert "1.10" in rows[0] and "memory.micro_batch=32 memory.logit_chunk=256" in rows[0]
+    assert "refused: error: one training step needs about 30 GB" in rows[-1]
+    assert sum("– |" in r for r in rows) == 16
+    assert "AMD EPYC x2" in page and "abcdef0" in page and "0.1–1.9" in page
