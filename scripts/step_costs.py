@@ -51,11 +51,22 @@ def cells() -> list[str]:
     return [f"{m}/k{k}/t{t}" for m in MODELS for k in SAMPLES for t in TOKENS]
 
 
+LEAN = "+lean"
+"""A cell KEY ending in ``+lean`` runs with a lean host allocator: ``memory.keep_host_memory=false`` and glibc's mmap
+threshold fixed at 128 KiB (``MALLOC_MMAP_THRESHOLD_``), so every large tensor is returned to the system when it
+dies and the process's peak is the peak of its live memory; the plain cell runs the default (freed memory kept in
+the heap for reuse, :mod:`corl_bench.hostmem`), whose peak also holds what the heap kept."""
+LEAN_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
 def _parse(key: str) -> tuple[str, int, int, int]:
-    m, k, t = key.split("/")
-    if m not in MODELS:
-        raise SystemExit(f"unknown cell {key!r}; --plan lists them")
-    return MODELS[m][0], MODELS[m][1], int(k[1:]), int(t[1:])
+    try:
+        m, k, t = key.removesuffix(LEAN).split("/")
+        if m not in MODELS:
+            raise ValueError(m)
+        return MODELS[m][0], MODELS[m][1], int(k[1:]), int(t[1:])
+    except ValueError:
+        raise SystemExit(f"unknown cell {key!r}; --plan lists them (a KEY may end in {LEAN})") from None
 
 
 def config(key: str, out: Path, data: str, threads: int) -> dict:
@@ -69,6 +80,7 @@ def config(key: str, out: Path, data: str, threads: int) -> dict:
             "eval": {"benchmarks": ["gsm8k"], "max_problems": 1, "samples": 0, "greedy": True, "max_new_tokens": 8,
                      "before": False},
             "data": {"train": "gsm8k-train", "data_dir": data},
+            **({"memory": {"keep_host_memory": False}} if key.endswith(LEAN) else {}),
             "run": {"steps": 2, "seed": 0, "save_checkpoints": False, "checkpoint_every": 0, "output_dir": str(out),
                     "run_id": "cell"}}
 
@@ -121,8 +133,9 @@ def measure(key: str, data: str, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = _write_config(config(key, Path(tmp), data, threads), Path(tmp) / "cell.yaml")
         t0 = time.perf_counter()
+        env = dict(os.environ, **(LEAN_ENV if key.endswith(LEAN) else {}))
         proc = subprocess.Popen([_cli(), "run", "--config", str(path)], cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, env=env)
         peak = _watch(proc)
         err = proc.stderr.read() if proc.stderr else ""
         proc.wait()
@@ -194,10 +207,10 @@ def report() -> str:
              "ratio = estimate / peak. \"–\" = not measured yet.", "",
              "| model | samples | new tokens | mean length | rollout s | forward s | update s | step s | first step s "
              "| peak GB | estimate GB | ratio | micro_batch / logit_chunk |", "|" + "---|" * 13]
-    for key in cells():
+    for key in cells() + sorted(k for k in recs if k.endswith(LEAN)):
         m, k, t = key.split("/")
         rec = recs.get(key)
-        head = f"| {m} | {k[1:]} | {t[1:]} |"
+        head = f"| {m} | {k[1:]} | {t[1:].replace(LEAN, ' (lean allocator)')} |"
         if rec is None:
             lines.append(head + " – |" * 10)
             continue
@@ -211,6 +224,9 @@ def report() -> str:
         lines.append(head + f" {s['mean_length']} | {s['rollout']:.0f} | {s['forward']:.0f} | {s['update']:.0f} | "
                      f"{sum(s[p] for p in PHASES):.0f} | {sum(first[p] for p in PHASES):.0f} | {rec['peak_gb']:.1f} | "
                      f"{rec['estimate_gb']} | {ratio} | {fit} |")
+    lines += ["", "A *lean allocator* row is its cell run again with `memory.keep_host_memory=false` and glibc's mmap "
+              "threshold fixed at 128 KiB: its peak is the run's live memory, which is what the estimate models; the "
+              "plain row's peak also holds the freed memory glibc's heap keeps for reuse (`corl_bench/hostmem.py`)."]
     done = [r for r in recs.values() if "steps" in r]
     if done:
         cpus = sorted({r["cpu"] for r in done})

@@ -67,3 +67,20 @@ def test_the_page_shows_measured_refused_and_missing_cells(sc) -> None:
     assert "refused: error: one training step needs about 30 GB" in rows[-1]
     assert sum("– |" in r for r in rows) == 16
     assert "AMD EPYC x2" in page and "abcdef0" in page and "0.1–1.9" in page
+
+
+def test_a_lean_cell_turns_off_kept_host_memory_and_gets_its_own_row(sc, tmp_path) -> None:
+    from corl_bench.config import load_config
+
+    key = "qwen05b-lora/k4/t32" + sc.LEAN
+    assert sc._parse(key) == sc._parse("qwen05b-lora/k4/t32")
+    cfg = load_config(str(sc._write_config(sc.config(key, tmp_path / "o", "d", 1), tmp_path / "c.yaml")), [])
+    assert cfg.memory.keep_host_memory is False and cfg.cohort.agents[0].lora_rank == 16
+    assert sc.config("qwen05b-lora/k4/t32", tmp_path / "o", "d", 1).get("memory") is None  # the default allocator
+    step = {"rollout": 1.0, "forward": 1.0, "reward": 0.0, "update": 1.0, "mean_length": 32.0, "clipped": 1.0}
+    sc.OUT.mkdir(parents=True)
+    (sc.OUT / "cells.json").write_text(json.dumps({key: {
+        "estimate_gb": 13.3, "peak_gb": 9.3, "threads": 1, "cpu": "AMD EPYC x2", "loadavg_start": 2.0,
+        "loadavg_end": 3.0, "commit": "abcdef0123", "resolved": [], "steps": [step, step]}}), encoding="utf-8")
+    rows = [ln for ln in sc.report().splitlines() if ln.startswith("| qwen")]
+    assert len(rows) == 19 and rows[-1].startswith("| qwen05b-lora | 4 | 32 (lean allocator) |") and "1.43" in rows[-1]
