@@ -354,7 +354,9 @@ chat template where it has one, plain otherwise; HumanEval and MBPP as base-mode
 model's own format (`corl_bench/eval/native.py`), by one rule fixed from the model cards, never tried on test items:
 a model with a chat template (SmolLM2-Instruct, Qwen2.5-Coder-Instruct) is asked zero-shot in its template — math:
 step by step, ending "The answer is: ..."; GPQA: OpenAI simple-evals' instruction ("Answer: $LETTER"); code: EvalPlus'
-instruction (a self-contained script in a markdown block); a model without one (the Gemma-3-270M base model) continues
+chat prompt, its instruction (a self-contained script in a markdown block) and its reply opening (a sentence and an
+open python fence the model continues, graded as opening + completion; the cells run before 2026-12-06 without the
+opening are listed under "Superseded cells"); a model without one (the Gemma-3-270M base model) continues
 few-shot plain text — GSM8K: four of Wei et al.'s chain-of-thought exemplars; MATH-500, AIME, AMC: Minerva's four
 shots (MATH train problems); GPQA: zero-shot `Question: ... Answer:`, the first option letter written; HumanEval: the
 paper's continuation (the same prompt as `paper`); MBPP: lm-eval's three shots (prompt split, task ids 2–4). Native math
