@@ -74,6 +74,10 @@ def one(args: argparse.Namespace) -> dict:
     import gc
 
     gc.collect()
+    from corl_bench.hostmem import keep_host_memory
+
+    keep = keep_host_memory(args.keep_host_memory)  # a training run's default (memory.keep_host_memory)
+    keep.__enter__()
     before = _status_gb("self", "VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM: the peak from here on is the step's
     t1, c1 = time.perf_counter(), time.process_time()
@@ -83,13 +87,17 @@ def one(args: argparse.Namespace) -> dict:
     Path("/proc/self/clear_refs").write_text("5")  # the update's own peak (the step's is the larger of the two)
     upd = agent.update(adv, max_len=args.tokens)
     t3, c3 = time.perf_counter(), time.process_time()
+    update_peak = _status_gb("self", "VmHWM")
+    keep.__exit__(None, None, None)
+    prompt_tokens = [len(tok(q).input_ids) for q in questions]
     return {"model": args.model, "micro_batch": args.micro_batch, "logit_chunk": args.logit_chunk,
             "gradient_checkpointing": args.checkpointing, "lora_rank": args.lora_rank,
             "shape": [args.prompts, args.samples, args.tokens], "threads": torch.get_num_threads(),
             "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1), "vocab": vocab,
             "load_s": round(load_s, 1), "load_peak_gb": round(load_peak, 2), "rss_before_step_gb": round(before, 2),
-            "step_peak_gb": round(max(score_peak, _status_gb("self", "VmHWM")), 2),
-            "score_peak_gb": round(score_peak, 2), "update_peak_gb": round(_status_gb("self", "VmHWM"), 2), "score_s": round(t2 - t1, 1),
+            "step_peak_gb": round(max(score_peak, update_peak), 2), "keep_host_memory": args.keep_host_memory,
+            "score_peak_gb": round(score_peak, 2), "update_peak_gb": round(update_peak, 2),
+            "prompt_tokens": [min(prompt_tokens), max(prompt_tokens)], "score_s": round(t2 - t1, 1),
             "update_s": round(t3 - t2, 1), "step_s": round(t3 - t1, 1), "step_cpu_s": round(c3 - c1, 1),
             "loadavg": os.getloadavg()[0], "loss": upd.loss,
             "grad_norm": upd.grad_norm, "n_tokens": upd.n_tokens}
@@ -209,6 +217,8 @@ def main() -> int:
     ap.add_argument("--logit-chunk", type=int, default=0)
     ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--keep-host-memory", action="store_true", help="the step inside memory.keep_host_memory (a run's "
+                    "default: freed host memory stays in the heap)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--samples", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
