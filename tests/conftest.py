@@ -10,6 +10,16 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module (``scripts/`` is not a package), loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def tiny_family(name: str, **overrides):
     from corl_bench.micro.families import BUILTIN_FAMILIES
 

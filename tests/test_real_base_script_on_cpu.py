@@ -3,11 +3,12 @@ their question text, the page from stored cells, and the seeded subsets (with th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -15,9 +16,7 @@ DATA = REPO.parent / "shared" / "data"
 
 @pytest.fixture()
 def rb(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("real_base", REPO / "scripts" / "real_base.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("real_base")
     monkeypatch.setattr(mod, "OUT", tmp_path / "real-base")
     monkeypatch.setattr(mod, "PAGE", tmp_path / "real-base.md")
     return mod

@@ -3,20 +3,19 @@ says what the cell's key says, and the page from stored records (measured, refus
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
 def sc(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("step_costs", REPO / "scripts" / "step_costs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("step_costs")
     monkeypatch.setattr(mod, "OUT", tmp_path / "step-costs")
     monkeypatch.setattr(mod, "PAGE", tmp_path / "step-costs.md")
     return mod
