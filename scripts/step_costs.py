@@ -159,11 +159,16 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
 
+ISA = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+"""the instruction-set flags that decide CPU matmul speed here (bf16 in hardware: avx512_bf16 or AMX)"""
+
+
 def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
-    return "unknown"
+    """The CPU's model name, core count and which of :data:`ISA` it has (timings are only comparable within one)."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
+    name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown")
+    flags = set(next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), []))
+    return f"{name} x{os.cpu_count()} ({', '.join(f for f in ISA if f in flags) or 'none of ' + '/'.join(ISA)})"
 
 
 def _records() -> dict:
@@ -218,8 +223,8 @@ def report() -> str:
             lines.append(head + f" refused: {rec['refused']} |" + " |" * 9)
             continue
         s, first = rec["steps"][-1], rec["steps"][0]
-        fit = next((ln.split(":", 1)[1].split("(")[0].strip() for ln in rec.get("resolved", [])
-                    if "micro_batch" in ln), "")
+        fit = next((ln.split(" (")[0].split(": ")[-1].strip() for ln in rec.get("resolved", [])
+                    if "memory.micro_batch=" in ln), "")
         ratio = f"{rec['estimate_gb'] / rec['peak_gb']:.2f}" if rec.get("estimate_gb") else "–"
         lines.append(head + f" {s['mean_length']} | {s['rollout']:.0f} | {s['forward']:.0f} | {s['update']:.0f} | "
                      f"{sum(s[p] for p in PHASES):.0f} | {sum(first[p] for p in PHASES):.0f} | {rec['peak_gb']:.1f} | "

@@ -80,6 +80,8 @@ def test_a_lean_cell_turns_off_kept_host_memory_and_gets_its_own_row(sc, tmp_pat
     sc.OUT.mkdir(parents=True)
     (sc.OUT / "cells.json").write_text(json.dumps({key: {
         "estimate_gb": 13.3, "peak_gb": 9.3, "threads": 1, "cpu": "AMD EPYC x2", "loadavg_start": 2.0,
-        "loadavg_end": 3.0, "commit": "abcdef0123", "resolved": [], "steps": [step, step]}}), encoding="utf-8")
+        "loadavg_end": 3.0, "commit": "abcdef0123", "resolved": ["memory.micro_batch=16 memory.logit_chunk=256 (fit to 25 GB on cpu; none of "
+                     "memory.micro_batch, memory.logit_chunk, memory.shared_prefix was set)"], "steps": [step, step]}}), encoding="utf-8")
     rows = [ln for ln in sc.report().splitlines() if ln.startswith("| qwen")]
     assert len(rows) == 19 and rows[-1].startswith("| qwen05b-lora | 4 | 32 (lean allocator) |") and "1.43" in rows[-1]
+    assert rows[-1].endswith("| memory.micro_batch=16 memory.logit_chunk=256 |")
