@@ -146,8 +146,7 @@ def measure(key: str, data: str, threads: int) -> dict:
             return rec
         rd = RunDir(Path(tmp) / "cell")
         rows = [r for r in read_jsonl(rd.metrics_path) if "reward/mean" in r]
-        info = rd.info()
-        rec.update(peak_gb=round(peak, 2), resolved=info.get("resolved", []),
+        rec.update(peak_gb=round(peak, 2), resolved=list(rd.record().resolved or ()),
                    steps=[{**{p: round(r.get(f"time/{p}", 0.0), 2) for p in PHASES},
                            "mean_length": round(r.get("len/mean", float("nan")), 1),
                            "clipped": round(r.get("len/clipped_ratio", float("nan")), 2)}
