@@ -115,7 +115,7 @@ def row_grader(spec: BenchmarkSpec) -> Callable[[Mapping[str, Any]], tuple[Optio
         return lambda row: (row.get("extracted"), bool(row.get("correct")))
 
     def grade(row: Mapping[str, Any]) -> tuple[Optional[str], bool]:
-        extracted, correct = grade_text(str(row.get("completion") or ""), str(row["gold"]),
+        extracted, correct = grade_text(spec.response_prefix + str(row.get("completion") or ""), str(row["gold"]),
                                         row.get("extractor") or spec.extractor, spec.grader, row.get("choices"))
         if not correct and (row.get("judge") or {}).get("verdict") is True:
             correct = True  # the judge's stored verdict, given only where the rules said wrong

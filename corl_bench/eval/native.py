@@ -167,6 +167,7 @@ def native_spec(spec: BenchmarkSpec, style: str) -> BenchmarkSpec:
                           "--prompt paper")
     new = _chat(spec) if style == "chat" else _completion(spec)
     dec = dataclasses.replace(spec.decoding, stop=tuple(new["stop"]))
-    return dataclasses.replace(spec, version=f"{spec.version}+native-{style}" + ("+reply" if new.get("response_prefix") else ""), prompt=new["prompt"],
-                               extractor=new["extractor"], chat_template=style == "chat", system=None, fewshot=0,
-                               decoding=dec, response_prefix=new.get("response_prefix", ""))
+    reply = new.get("response_prefix", "")
+    return dataclasses.replace(spec, version=f"{spec.version}+native-{style}" + ("+reply" if reply else ""),
+                               prompt=new["prompt"], extractor=new["extractor"], chat_template=style == "chat",
+                               system=None, fewshot=0, decoding=dec, response_prefix=reply)
