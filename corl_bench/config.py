@@ -412,8 +412,8 @@ class DataConfig:
 
     train: str = ""
     """the training set; empty = the profile's own (micro: its generated problems; hf: math-level345). hf profile:
-    math-level345 | math-train | dapo-math | gsm8k-train | arith-1digit | a .jsonl file (id, problem, answer) |
-    hub:owner/name[:split]"""
+    math-level345 | math-train | dapo-math | gsm8k-train | arith-1digit | arith-small | arith-mul |
+    a .jsonl file (id, problem, answer) | hub:owner/name[:split]"""
     data_dir: str = ""
     """where training sets and benchmark files are looked up first (then ``$CORL_BENCH_DATA``, then the hub)"""
     rephrase_model: str = "smol"

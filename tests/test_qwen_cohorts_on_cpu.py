@@ -27,6 +27,13 @@ TINY = ["method.name=corl", "run.steps=2", "rollout.prompts_per_step=2", "rollou
         "memory.logit_chunk=32", f"model.threads={int(os.environ.get('CORL_BENCH_TEST_THREADS', '0'))}"]
 
 
+ARITH_COHORTS = {  # the proposed Qwen setting's cohorts (data.train=arith-mul): (family, prompt, lr) per agent
+    "qwen-smol-arith": [("qwen2.5-coder-0.5b", "bare", None), ("smol", "bare", None)],
+    "qwen-gemma-arith": [("qwen2.5-coder-0.5b", "bare", None), ("gemma3-270m", "fewshot-arith", 2.0e-6)],
+    "qwen-same-family-arith": [("qwen2.5-coder-0.5b", "bare", None), ("qwen2.5-coder-0.5b", "bare", None)],
+}
+
+
 def _missing(cohort: str) -> str:
     """'' when every model of the cohort is installed, else the skip reason naming the install command."""
     from corl_bench.models.entries import ENTRIES, check_entry
@@ -119,3 +126,12 @@ def test_each_qwen_cohort_validates_and_trains_two_steps(cohort, tmp_path, monke
     for a in info["agents"]:
         preds = read_jsonl(rd.predictions_path("final", a["name"], "gsm8k"))
         assert len(preds) == 2 and all(p["decoding"] == "greedy" for p in preds)
+
+
+def test_the_qwen_settings_cohorts_ask_each_model_in_a_format_that_answers_in_32_tokens():
+    from corl_bench.registries import COHORTS as REG
+
+    for name, agents in ARITH_COHORTS.items():
+        c = REG.get(name)
+        assert c.profile == "hf" and [a.seed_offset for a in c.agents] == [0, 1]
+        assert [(a.family, a.prompt, a.lr) for a in c.agents] == agents, name

@@ -40,6 +40,32 @@ def test_the_arith_split_is_disjoint_stable_and_answers_are_right():
     assert {p.text("original") for p in rows.problems} == train
 
 
+def test_the_qwen_settings_mul_split_is_disjoint_stable_and_served_as_suites_and_a_training_set():
+    """arith-mul (issue 40): three disjoint parts of a fixed size, right answers, the held-out and dev parts served
+    as the hf profile's generated suites and the training part as data.train=arith-mul."""
+    from corl_bench.eval.specs import get_spec
+    from corl_bench.hf import arith
+    from corl_bench.hf.data import TrainingSet
+    from corl_bench.hf.profile import HFProfile
+
+    universe = arith.mul_universe()
+    assert len(universe) == len({p for p, _ in universe}) == 88 * 9
+    assert all(_value(p) == int(a) for p, a in universe)
+    parts = {name: {p for _, p, _ in arith.mul_rows(name)} for name in ("heldout", "dev", "train")}
+    assert {k: len(v) for k, v in parts.items()} == {"heldout": 388, "dev": 79, "train": 325}  # fixed by the hash
+    assert set.union(*parts.values()) == {p for p, _ in universe}
+    assert not (parts["heldout"] & parts["dev"] or parts["heldout"] & parts["train"] or parts["dev"] & parts["train"])
+    profile = HFProfile()
+    for name, part in (("arith-mul-heldout", "heldout"), ("arith-mul-dev", "dev")):
+        HFProfile.check_benchmark(name, get_spec(name))
+        items = profile.benchmark(name)
+        assert {it.problem for it in items} == parts[part] and all(it.gold == str(_value(it.problem)) for it in items)
+    rows = TrainingSet.load("arith-mul", None)
+    assert {p.text("original") for p in rows.problems} == parts["train"]
+    with pytest.raises(ValueError, match="parts heldout, dev and train"):
+        arith.mul_rows("test")
+
+
 def test_the_hf_profile_serves_its_generated_suites_and_refuses_others():
     from corl_bench.eval.specs import get_spec, parse_spec
     from corl_bench.hf.profile import HFProfile

@@ -15,6 +15,16 @@ same wording with two-digit operands ("What is 47 + 85?", "What is 63 - 29?": op
 training problem has. Both models answer it near the floor before training (greedy, 100 problems: SmolLM2 bare 6 %,
 Gemma-3 few-shot 9 %): a transfer set that shows gains, not losses.
 
+Qwen2.5-Coder-0.5B saturates both (99 % and 96 % greedy), so the Qwen setting (issue 40) has a harder universe:
+
+    ``arith-mul``     "What is a x b?" with a = 12-99 and b = 11-19: 88 x 9 = 792 problems
+
+split by a hash of each problem's text into a held-out part (50 %: the benchmark ``arith-mul-heldout``), a dev part
+(10 %: ``arith-mul-dev``, for choosing settings, never a test) and a training part (40 %: ``data.train=arith-mul``).
+Its operand ranges were chosen by Qwen2.5-Coder-0.5B's greedy accuracy asked bare in its chat template
+(``scripts/arith_calibration.py``): 46 % on 80 problems of the form, where "a x b" with b = 3-19 gave 70 %. The
+answer is one short sentence ("27 x 15 equals 405."), so 32 new tokens hold it.
+
 Everything is a pure function of the code: the same rows and items on every machine (no RNG state, no files).
 """
 
@@ -43,6 +53,35 @@ def is_heldout(text: str) -> bool:
     """Whether a problem of the universe belongs to the held-out part (a hash of its text: stable, machine-free)."""
     h = int.from_bytes(hashlib.sha256(f"{SPLIT_SALT}:{text}".encode()).digest()[:8], "big")
     return h < HELDOUT_FRACTION * 2 ** 64
+
+
+MUL_SALT = "corl-bench:arith-mul:v1"
+MUL_PARTS = (("heldout", 0.5), ("dev", 0.6), ("train", 1.0))
+"""The ``arith-mul`` split: a problem's hash (in [0, 1)) below 0.5 is held out, below 0.6 dev, else training."""
+
+
+def mul_universe() -> list[tuple[str, str]]:
+    """Every problem of the ``arith-mul`` form as ``(text, answer)``: "What is a x b?", a = 12-99, b = 11-19."""
+    return [(f"What is {a} x {b}?", str(a * b)) for a in range(12, 100) for b in range(11, 20)]
+
+
+def mul_part(text: str) -> str:
+    """The part of the ``arith-mul`` split a problem belongs to: ``heldout``, ``dev`` or ``train`` (its hash)."""
+    h = int.from_bytes(hashlib.sha256(f"{MUL_SALT}:{text}".encode()).digest()[:8], "big") / 2 ** 64
+    return next(name for name, below in MUL_PARTS if h < below)
+
+
+def mul_rows(part: str) -> list[tuple[str, str, str]]:
+    """One part of the ``arith-mul`` split as ``(id, text, answer)``; ids number the whole universe."""
+    if part not in {name for name, _ in MUL_PARTS}:
+        raise ValueError(f"arith-mul has parts heldout, dev and train; got {part!r}")
+    prefix = "arith-mul" if part == "train" else f"arith-mul-{part}"
+    return [(f"{prefix}-{i}", p, a) for i, (p, a) in enumerate(mul_universe()) if mul_part(p) == part]
+
+
+def mul_train_rows() -> list[dict[str, Any]]:
+    """``data.train=arith-mul``: the training part of the ``arith-mul`` split, one row per distinct problem."""
+    return [{"id": i, "problem": p, "answer": a} for i, p, a in mul_rows("train")]
 
 
 def train_rows() -> list[dict[str, Any]]:
@@ -76,7 +115,7 @@ class ArithItem(Item):
         return self.problem
 
 
-SUITES = ("arith-heldout", "arith-transfer")
+SUITES = ("arith-heldout", "arith-transfer", "arith-mul-heldout", "arith-mul-dev")
 
 
 def suite_items(suite: str, size: int | None = None, seed: int | None = None) -> list[ArithItem]:
@@ -85,6 +124,8 @@ def suite_items(suite: str, size: int | None = None, seed: int | None = None) ->
         rows = heldout_rows()
     elif suite == "arith-transfer":
         rows = transfer_rows(size or 400, seed or 0)
+    elif suite in ("arith-mul-heldout", "arith-mul-dev"):
+        rows = mul_rows(suite.rsplit("-", 1)[1])
     else:
         raise ValueError(f"{suite!r} is not a suite of corl_bench.hf.arith; valid: {', '.join(SUITES)}")
     return [ArithItem(i, p, a) for i, p, a in rows]

@@ -129,11 +129,19 @@ def _arith_small() -> list[dict[str, Any]]:
     return train_rows()
 
 
+def _arith_mul() -> list[dict[str, Any]]:
+    from corl_bench.hf.arith import mul_train_rows
+
+    return mul_train_rows()
+
+
 #: Training sets generated in code (no file, no hub): name -> (rows(), description).
 GENERATED: dict[str, tuple[Callable[[], list[dict[str, Any]]], str]] = {
     "arith-1digit": (arith_1digit, "single-digit +, -, x (generated; signal for tiny models on a CPU)"),
     "arith-small": (_arith_small, "+, - to 20 and x to 12, the training part of the real study's split "
                                   "(corl_bench.hf.arith; its held-out part is the benchmark arith-heldout)"),
+    "arith-mul": (_arith_mul, "a x b with a = 12-99, b = 11-19, the training part of the Qwen setting's split "
+                              "(corl_bench.hf.arith; held out: arith-mul-heldout, dev: arith-mul-dev)"),
 }
 VALID = f"{', '.join([*NAMED, *GENERATED])}, a .jsonl file or hub:owner/name[:split]"
 

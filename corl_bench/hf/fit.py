@@ -434,9 +434,11 @@ def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_byte
             continue
         fixes = []
         chunk = 0 if _sharded(cfg) else 256  # a sharded agent has no chunked logits yet
+        # the options below turn memory.shared_prefix off (it combines with neither): say so when it was on
+        off = "memory.shared_prefix=false " if cfg.memory.shared_prefix else ""
         for mb in (8, 4, 2, 1):
-            for options, overrides in ((f"memory.micro_batch={mb} memory.logit_chunk={chunk}", {}),
-                                       (f"memory.micro_batch={mb} memory.logit_chunk={chunk} "
+            for options, overrides in ((f"{off}memory.micro_batch={mb} memory.logit_chunk={chunk}", {}),
+                                       (f"{off}memory.micro_batch={mb} memory.logit_chunk={chunk} "
                                         "memory.gradient_checkpointing=true", {"checkpointing": True})):
                 est = _with(cfg, mb, chunk, **overrides)
                 if max(device_peaks(est, archs, copies, dtype_bytes).values() or [0.0]) <= have * 0.9:

@@ -195,12 +195,14 @@ class HFProfile(Profile):
     @classmethod
     def check_benchmark(cls, name: str, spec: Any) -> None:
         """Any text benchmark spec (math, multiple choice, code) and this profile's generated suites
-        (``arith-heldout``, ``arith-transfer``: :mod:`corl_bench.hf.arith`); the micro suites belong to the micro
+        (``arith-heldout``, ``arith-transfer``, ``arith-mul-heldout``, ``arith-mul-dev``: :mod:`corl_bench.hf.arith`);
+        the micro suites belong to the micro
         profile."""
         if spec.profile and spec.profile != cls.name:
             raise ConfigError(f"eval.benchmarks: {name!r} is a {spec.profile}-profile suite; the hf profile "
                               "evaluates the benchmark specs with data (set e.g. eval.benchmarks=[gsm8k] or "
-                              "[gsm8k,math500]) and its generated suites (arith-heldout, arith-transfer)")
+                              "[gsm8k,math500]) and its generated suites (arith-heldout, arith-transfer, "
+                              "arith-mul-heldout, arith-mul-dev)")
         if spec.profile and spec.source.generator != GENERATOR:
             raise ConfigError(f"eval.benchmarks: {name!r} names generator {spec.source.generator!r}; the hf profile "
                               f"generates suites with {GENERATOR} only (source.generator: {GENERATOR})")
