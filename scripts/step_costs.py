@@ -208,18 +208,19 @@ def report() -> str:
              "item 4). Do not edit by hand. How each cell is measured: the docstring of `scripts/step_costs.py`.", "",
              f"{PROMPTS} prompts per step, one agent, TTRL, GSM8K training prompts. Seconds of the **second** step by "
              "phase; peak = the run process's peak resident set; estimate = `corl-bench validate`'s estimated peak; "
-             "ratio = estimate / peak. \"–\" = not measured yet.", "",
+             "ratio = estimate / peak; threads = the run's torch threads, with the 1-minute load average at the "
+             "cell's start and end (seconds compare only at one thread count and load). \"–\" = not measured yet.", "",
              "| model | samples | new tokens | mean length | rollout s | forward s | update s | step s | first step s "
-             "| peak GB | estimate GB | ratio | micro_batch / logit_chunk |", "|" + "---|" * 13]
+             "| peak GB | estimate GB | ratio | micro_batch / logit_chunk | threads (load) |", "|" + "---|" * 14]
     for key in cells() + sorted(k for k in recs if k.endswith(LEAN)):
         m, k, t = key.split("/")
         rec = recs.get(key)
         head = f"| {m} | {k[1:]} | {t[1:].replace(LEAN, ' (lean allocator)')} |"
         if rec is None:
-            lines.append(head + " – |" * 10)
+            lines.append(head + " – |" * 11)
             continue
         if "refused" in rec:
-            lines.append(head + f" refused: {rec['refused']} |" + " |" * 9)
+            lines.append(head + f" refused: {rec['refused']} |" + " |" * 10)
             continue
         s, first = rec["steps"][-1], rec["steps"][0]
         fit = next((ln.split(" (")[0].split(": ")[-1].strip() for ln in rec.get("resolved", [])
@@ -227,7 +228,8 @@ def report() -> str:
         ratio = f"{rec['estimate_gb'] / rec['peak_gb']:.2f}" if rec.get("estimate_gb") else "–"
         lines.append(head + f" {s['mean_length']} | {s['rollout']:.0f} | {s['forward']:.0f} | {s['update']:.0f} | "
                      f"{sum(s[p] for p in PHASES):.0f} | {sum(first[p] for p in PHASES):.0f} | {rec['peak_gb']:.1f} | "
-                     f"{rec['estimate_gb']} | {ratio} | {fit} |")
+                     f"{rec['estimate_gb']} | {ratio} | {fit} | {rec['threads']} ({rec.get('loadavg_start', '?')}–"
+                     f"{rec.get('loadavg_end', '?')}) |")
     lines += ["", "A *lean allocator* row is its cell run again with `memory.keep_host_memory=false` and glibc's mmap "
               "threshold fixed at 128 KiB: its peak is the run's live memory, which is what the estimate models; the "
               "plain row's peak also holds the freed memory glibc's heap keeps for reuse (`corl_bench/hostmem.py`)."]

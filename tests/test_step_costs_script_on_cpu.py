@@ -84,4 +84,4 @@ def test_a_lean_cell_turns_off_kept_host_memory_and_gets_its_own_row(sc, tmp_pat
                      "memory.micro_batch, memory.logit_chunk, memory.shared_prefix was set)"], "steps": [step, step]}}), encoding="utf-8")
     rows = [ln for ln in sc.report().splitlines() if ln.startswith("| qwen")]
     assert len(rows) == 19 and rows[-1].startswith("| qwen05b-lora | 4 | 32 (lean allocator) |") and "1.43" in rows[-1]
-    assert rows[-1].endswith("| memory.micro_batch=16 memory.logit_chunk=256 |")
+    assert rows[-1].endswith("| memory.micro_batch=16 memory.logit_chunk=256 | 1 (2.0–3.0) |")  # threads (load)
