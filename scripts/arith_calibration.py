@@ -20,35 +20,22 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from real_base import wilson  # noqa: E402 - the base table's Wilson interval, next to this script
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson score interval of ``k`` successes in ``n`` trials."""
-    if n == 0:
-        return 0.0, 0.0
-    p, d = k / n, 1 + z * z / n
-    c, h = (p + z * z / (2 * n)) / d, z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / d
-    return max(0.0, c - h), min(1.0, c + h)
-
-
-def score(model_name: str, prompt: str, items: list, max_new_tokens: int, batch: int) -> dict:
-    """Greedy accuracy of one model asked in one format on ``items``."""
+def score(profile: Any, model_name: str, model: Any, tok: Any, prompt: str, items: list, max_new_tokens: int,
+          batch: int) -> dict:
+    """Greedy accuracy of one loaded model asked in one format on ``items``."""
     import torch
 
     from corl_bench.grading.verifier import extract_normalized, normalize_answer
-    from corl_bench.hf.profile import HFProfile
-    from corl_bench.models.load import load_model
 
-    model, tok = load_model(model_name)
-    model.eval()
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    profile = HFProfile()
-    profile._tokenizers[model_name] = tok
     stops = profile.stop_strings(prompt)
     texts = [profile.render(it, "original", model_name, prompt).text for it in items]
     t0, outs = time.time(), []
@@ -86,13 +73,19 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--suite must be one of {', '.join(SUITES)} (got {args.suite!r})")
     if args.threads:
         torch.set_num_threads(args.threads)
+    from corl_bench.hf.profile import HFProfile
+
     items = suite_items(args.suite)
+    profile = HFProfile()
     rows = []
     for spec in args.models.split(","):
         name, _, fixed = spec.partition(":")
+        model, tok = profile.load(name)  # once per model; the profile renders with this tokenizer
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
         for prompt in [fixed] if fixed else args.prompts.split(","):
-            r = score(name, prompt, items, args.max_new_tokens, args.batch) | {"suite": args.suite,
-                                                                            "max_new_tokens": args.max_new_tokens}
+            r = score(profile, name, model, tok, prompt, items, args.max_new_tokens, args.batch) | {
+                "suite": args.suite, "max_new_tokens": args.max_new_tokens}
             rows.append(r)
             print(f"{name:20s} {prompt:14s} {args.suite}: {r['correct']}/{r['n']} = {100 * r['accuracy']:.1f} % "
                   f"[{100 * r['ci95'][0]:.1f}, {100 * r['ci95'][1]:.1f}]  tokens mean {r['mean_tokens']:.1f} max "

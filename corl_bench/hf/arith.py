@@ -49,10 +49,14 @@ def small_universe() -> list[tuple[str, str]]:
     return out
 
 
+def _hash64(salt: str, text: str) -> int:
+    """A problem's 64-bit split hash: stable, machine-free."""
+    return int.from_bytes(hashlib.sha256(f"{salt}:{text}".encode()).digest()[:8], "big")
+
+
 def is_heldout(text: str) -> bool:
     """Whether a problem of the universe belongs to the held-out part (a hash of its text: stable, machine-free)."""
-    h = int.from_bytes(hashlib.sha256(f"{SPLIT_SALT}:{text}".encode()).digest()[:8], "big")
-    return h < HELDOUT_FRACTION * 2 ** 64
+    return _hash64(SPLIT_SALT, text) < HELDOUT_FRACTION * 2 ** 64
 
 
 MUL_SALT = "corl-bench:arith-mul:v1"
@@ -67,8 +71,8 @@ def mul_universe() -> list[tuple[str, str]]:
 
 def mul_part(text: str) -> str:
     """The part of the ``arith-mul`` split a problem belongs to: ``heldout``, ``dev`` or ``train`` (its hash)."""
-    h = int.from_bytes(hashlib.sha256(f"{MUL_SALT}:{text}".encode()).digest()[:8], "big") / 2 ** 64
-    return next(name for name, below in MUL_PARTS if h < below)
+    h = _hash64(MUL_SALT, text)
+    return next(name for name, below in MUL_PARTS if h < below * 2 ** 64)
 
 
 def mul_rows(part: str) -> list[tuple[str, str, str]]:
