@@ -142,14 +142,14 @@ def test_the_micro_batch_halves_until_the_step_fits_and_chunks_follow_the_vocabu
                          "model.device=cpu"))
     archs = [fit.KNOWN["smol"], fit.KNOWN["gemma3-270m"]]
     sizes = {}
-    for memory_gb in (64, 24, 12, 1):
+    for memory_gb in (128, 24, 12, 1):
         monkeypatch.setattr(fit, "machine_memory", lambda g=memory_gb: int(g * GB))
         mb, chunk, peaks = fit.fit_memory(cfg, archs, copies=0, dtype_bytes=4)
         assert chunk == 256 and set(peaks) == {"cpu"}  # 49k and 262k-token vocabularies: chunked logits
         sizes[memory_gb] = mb
         if mb > 1:
             assert peaks["cpu"] <= 0.6 * memory_gb
-    assert sizes[64] == 32 and sizes[64] >= sizes[24] >= sizes[12] >= sizes[1] == 1  # 32 = the whole batch
+    assert sizes[128] == 32 and sizes[128] >= sizes[24] >= sizes[12] >= sizes[1] == 1  # 32 = the whole batch
     assert sizes[24] < 32
 
 

@@ -19,8 +19,10 @@ single agent's transient peak; Ray agents each have their own GPUs (``disjoint``
 every agent training, or every agent generating, at once). :func:`fit_memory` picks ``memory.micro_batch`` and ``memory.logit_chunk`` for the hf
 profile's CPU defaults (the largest power-of-two micro-batch whose step fits 60 % of the machine's memory, as
 ``auto_find_batch_size`` halves a batch until it fits), and :func:`check_memory` refuses a run whose estimated peak
-exceeds the memory a device has, naming options that would fit. These are estimates (allocator slack and, on CUDA, the
-context come on top); docs/how-to/gpu.md compares them with measured peaks.
+exceeds the memory a device has, naming options that would fit. The prompts are the longest the run draws, in each agent's
+tokens (:mod:`corl_bench.hf.promptlen`), and on a CPU under ``memory.keep_host_memory`` the heap's kept blocks are
+counted (:data:`KEPT_HEAP`). These are estimates (on CUDA the context comes on top): ``results/step-costs.md``
+compares them with measured CPU peaks, docs/how-to/gpu.md with GPU peaks.
 """
 
 from __future__ import annotations
@@ -34,8 +36,16 @@ from typing import Any, Sequence
 
 GB = 1e9
 PROMPT_TOKENS = 200
-"""prompt length the estimate assumes (a MATH problem in a chat template, or the few-shot prompt); a vision-language
-model's prompt has one image on top (:attr:`Arch.image_tokens`)"""
+"""prompt length the estimate assumes where the run's prompts cannot be measured (no cached tokenizer or no data here,
+:mod:`corl_bench.hf.promptlen`): a MATH problem in a chat template, or the few-shot prompt; a vision-language model's
+prompt has one image on top (:attr:`Arch.image_tokens`)"""
+KEPT_HEAP = 2.0
+"""Copies of a training step's transient memory a CPU process holds at its peak under ``memory.keep_host_memory`` (the
+default, :mod:`corl_bench.hostmem`): glibc's heap keeps the blocks a micro-batch freed, and the next micro-batch,
+padded to another width, allocates beside rather than into them. Fitted on the seven cells of
+``results/step-costs.md`` measured at 9eaf9d5 (estimate / peak 0.88-1.04 with this value, prompts as drawn), checked on
+the cells measured after (that page). Per-phase measurement of one cell (Qwen2.5-0.5B LoRA, 8 x 4 x 32, micro-batch
+16, 2 steps): peak 17.6 GB kept, 9.6 GB with every large block returned to the system, 10.0 GB estimated live."""
 MEMORY_SHARE = 0.6
 """share of the machine's memory the hf profile's defaults may plan for (the rest: the OS, Python, the evaluator)"""
 
@@ -219,7 +229,7 @@ def arch_of(ref: str, cache_root: Path | None = None) -> Arch | None:
 def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, micro_batch: int, logit_chunk: int,
              checkpointing: bool, max_batch: int, copies: int = 0, lora: bool = False, mixed_precision: bool = False,
              ranks: int = 1, engine_gb: float = 0.0, engine_dtype_bytes: int = 2, engine_sleeps: bool = False,
-             shared_prefix: bool = False
+             shared_prefix: bool = False, kept_heap: float = 1.0
              ) -> dict[str, float]:
     """GB (1e9 bytes) of one agent's step on its busiest GPU (rank 0, which also generates). ``copies``: frozen
     weight copies (KL reference, auxiliary models); ``lora``: adapters only are trained (gradients and AdamW of the
@@ -244,7 +254,11 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     ``engine_dtype_bytes``) and KV cache, which then is not counted here; awake through training unless
     ``engine_sleeps`` (``sleep_level`` > 0, as ``run.placement=timeshare`` sets: asleep while its agent trains).
     0: the in-process engine, whose KV cache of ``max_batch`` sequences (in the weights' dtype) sits beside the
-    resident state."""
+    resident state.
+
+    ``kept_heap``: how many copies of the training transient (activations, logits, casts, gathered layers) the
+    process holds at its peak: 1 = live memory only; :data:`KEPT_HEAP` on a CPU under ``memory.keep_host_memory``,
+    whose heap keeps what a micro-batch freed while the next one allocates its own."""
     n = a.total_params  # a VLM's vision tower trains with it (model.freeze_vision: weights only; not modelled)
     tokens = prompt_tokens + new_tokens
     act_b = 2 if mixed_precision else dtype_bytes  # matmul outputs under autocast
@@ -271,9 +285,9 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     kv = 0 if engine_gb else max_batch * tokens * a.kv_bytes_per_token(dtype_bytes)
     engine = engine_gb * GB
     resident = weights + train_state
-    train_peak = resident + gathered + acts + logits + casts + (0 if engine_sleeps else engine)
+    train_peak = resident + (gathered + acts + logits + casts) * kept_heap + (0 if engine_sleeps else engine)
     rollout_peak = resident + kv + engine  # optimiser state stays resident while the agent generates
-    return {"params_B": n / 1e9, "weights": weights / GB, "full_copy": full / GB, "grads+adamw": train_state / GB,
+    return {"params_B": n / 1e9, "kept_heap": kept_heap, "weights": weights / GB, "full_copy": full / GB, "grads+adamw": train_state / GB,
             "gathered": gathered / GB, "activations": acts / GB, "logits": logits / GB, "casts": casts / GB,
             "kv_cache": kv / GB, "engine": engine_gb, "engine_kv_room": (engine - n * engine_dtype_bytes) / GB
             if engine_gb else 0.0, "resident": resident / GB, "train_peak": train_peak / GB,
@@ -315,19 +329,23 @@ _ENGINE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 
 
 
 def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_chunk: int, copies: int,
-                    dtype_bytes: int, engine: tuple[float, int, bool] = (0.0, 2, False)) -> dict[str, float]:
+                    dtype_bytes: int, engine: tuple[float, int, bool] = (0.0, 2, False),
+                    prompt: int | None = None) -> dict[str, float]:
     from corl_bench.config import agent_resources
 
     batch = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
     ranks = agent_resources(agent, cfg.run)[0]
     lora = (agent.lora_rank if agent.lora_rank is not None else cfg.memory.lora_rank) > 0
-    return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=PROMPT_TOKENS + arch.image_tokens,
+    device = _device_key(agent.device or cfg.model.device)
+    kept = KEPT_HEAP if device == "cpu" and cfg.memory.keep_host_memory else 1.0
+    return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=(prompt or PROMPT_TOKENS) + arch.image_tokens,
                     new_tokens=cfg.rollout.max_new_tokens,
                     micro_batch=micro_batch or math.ceil(batch / ranks), logit_chunk=logit_chunk,
                     checkpointing=cfg.memory.gradient_checkpointing,
                     max_batch=min(cfg.rollout.max_batch or batch, batch), copies=copies, lora=lora,
                     mixed_precision=cfg.memory.autocast == "bfloat16", ranks=ranks, engine_gb=engine[0],
-                    engine_dtype_bytes=engine[1], engine_sleeps=engine[2], shared_prefix=cfg.memory.shared_prefix)
+                    engine_dtype_bytes=engine[1], engine_sleeps=engine[2], shared_prefix=cfg.memory.shared_prefix,
+                    kept_heap=kept)
 
 
 def engine_share(cfg: Any, kind: str, dtype_bytes: int, gpu_gb: float) -> tuple[float, int, bool]:
@@ -347,9 +365,11 @@ def engine_share(cfg: Any, kind: str, dtype_bytes: int, gpu_gb: float) -> tuple[
 
 def agent_estimates(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int,
                     micro_batch: int | None = None, logit_chunk: int | None = None, gpu_gb: float | None = None,
-                    cluster_gpus: float | None = None) -> tuple[str, list[tuple[Any, str, dict[str, float]]]]:
+                    cluster_gpus: float | None = None, prompts: Sequence[int | None] | None = None
+                    ) -> tuple[str, list[tuple[Any, str, dict[str, float]]]]:
     """(placement kind, [(cohort agent, its device, :func:`estimate` of its busiest GPU)] for agents of known
-    architecture). The placement: ``local`` for ``run.backend=local``, else what
+    architecture). ``prompts``: each agent's longest prompt in tokens (:func:`corl_bench.hf.promptlen.longest_prompts`;
+    None or a None entry: :data:`PROMPT_TOKENS`). The placement: ``local`` for ``run.backend=local``, else what
     :func:`corl_bench.placement.resolve` picks for ``cluster_gpus`` (None: as if every agent had its GPUs).
     A vLLM engine's share is of ``gpu_gb`` (default: the device's memory, else :data:`ASSUMED_GPU_GB`)."""
     from corl_bench import placement
@@ -358,26 +378,28 @@ def agent_estimates(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_b
     lc = cfg.memory.logit_chunk if logit_chunk is None else logit_chunk
     kind = placement.resolve(cfg, cluster_gpus).kind if cfg.run.backend == "ray" else "local"
     rows = []
-    for agent, arch in zip(cfg.cohort.agents, archs):
+    for i, (agent, arch) in enumerate(zip(cfg.cohort.agents, archs)):
         if arch is None:
             continue
         device = _device_key(agent.device or cfg.model.device)
         gb = gpu_gb or (device_memory(device) / GB if device.startswith("cuda") else 0.0) or ASSUMED_GPU_GB
         engine = engine_share(cfg, "disjoint" if kind == "local" else kind, dtype_bytes, gb)
-        rows.append((agent, device, _agent_estimate(cfg, agent, arch, mb, lc, copies, dtype_bytes, engine)))
+        prompt = prompts[i] if prompts else None
+        rows.append((agent, device, _agent_estimate(cfg, agent, arch, mb, lc, copies, dtype_bytes, engine, prompt)))
     return kind, rows
 
 
 def device_peaks(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int, micro_batch: int | None = None,
                  logit_chunk: int | None = None, gpu_gb: float | None = None,
-                 cluster_gpus: float | None = None) -> dict[str, float]:
+                 cluster_gpus: float | None = None, prompts: Sequence[int | None] | None = None) -> dict[str, float]:
     """Estimated peak GB per device (:func:`agent_estimates`). ``run.backend=local``: every agent's resident state
     on its device plus the largest transient peak (agents of one process train in turn). ``run.backend=ray`` (the
     agents work at the same time): ``disjoint`` — one entry per agent, its rank 0's GPU (``"cuda:0 (a0, rank 0 of
     4)"``); ``timeshare`` — one GPU for all, the larger of every agent training and every agent generating at once."""
     from corl_bench.config import agent_resources
 
-    kind, rows = agent_estimates(cfg, archs, copies, dtype_bytes, micro_batch, logit_chunk, gpu_gb, cluster_gpus)
+    kind, rows = agent_estimates(cfg, archs, copies, dtype_bytes, micro_batch, logit_chunk, gpu_gb, cluster_gpus,
+                                 prompts)
     resident: dict[str, float] = {}
     transient: dict[str, float] = {}
     for agent, device, est in rows:
@@ -406,7 +428,8 @@ def _device_key(device: str) -> str:
 
 
 def fit_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int,
-               share: float = MEMORY_SHARE) -> tuple[int, int, dict[str, float]]:
+               share: float = MEMORY_SHARE, prompts: Sequence[int | None] | None = None
+               ) -> tuple[int, int, dict[str, float]]:
     """(micro_batch, logit_chunk, estimated peak GB per device) for the hf profile's defaults: chunked logits when the
     vocabulary is large (32k tokens or more), and the largest power-of-two micro-batch (at most the whole batch)
     whose step fits ``share`` of every device's memory; 1 when none does (then :func:`check_memory` decides)."""
@@ -416,18 +439,19 @@ def fit_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes:
     while mb * 2 <= batch:
         mb *= 2
     while True:
-        peaks = device_peaks(cfg, archs, copies, dtype_bytes, mb, chunk)
+        peaks = device_peaks(cfg, archs, copies, dtype_bytes, mb, chunk, prompts=prompts)
         if mb == 1 or all(peak <= device_memory(d) * share / GB for d, peak in peaks.items()):
             return mb, chunk, peaks
         mb //= 2
 
 
-def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int) -> dict[str, float]:
+def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_bytes: int,
+                 prompts: Sequence[int | None] | None = None) -> dict[str, float]:
     """Estimated peak GB per device; a one-line :class:`~corl_bench.config.MachineError` (a warning under ``validate
     --elsewhere``) when a device's estimate exceeds the memory it has, naming settings that would fit."""
     from corl_bench.config import machine_problem
 
-    peaks = device_peaks(cfg, archs, copies, dtype_bytes)
+    peaks = device_peaks(cfg, archs, copies, dtype_bytes, prompts=prompts)
     for device, peak in peaks.items():
         have = device_memory(device) / GB
         if have <= 0 or peak <= have:
@@ -441,7 +465,7 @@ def check_memory(cfg: Any, archs: Sequence[Arch | None], copies: int, dtype_byte
                                        (f"{off}memory.micro_batch={mb} memory.logit_chunk={chunk} "
                                         "memory.gradient_checkpointing=true", {"checkpointing": True})):
                 est = _with(cfg, mb, chunk, **overrides)
-                if max(device_peaks(est, archs, copies, dtype_bytes).values() or [0.0]) <= have * 0.9:
+                if max(device_peaks(est, archs, copies, dtype_bytes, prompts=prompts).values() or [0.0]) <= have * 0.9:
                     fixes.append(options)
                     break
             if fixes:

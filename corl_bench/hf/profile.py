@@ -247,7 +247,8 @@ class HFProfile(Profile):
         fitted = ("memory.micro_batch", "memory.logit_chunk", "memory.shared_prefix")
         if not any(cfg.is_set(key) for key in fitted):
             archs = cls.archs(cfg)
-            mb, chunk, peaks = fit.fit_memory(cfg, archs, cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
+            mb, chunk, peaks = fit.fit_memory(cfg, archs, cls.copies(cfg, method_cls), cls.dtype_bytes(cfg),
+                                              prompts=cls.prompt_tokens(cfg))
             cfg = cfg.replace(memory=dataclasses.replace(g, micro_batch=mb, logit_chunk=chunk))
             notes.append(f"memory.micro_batch={mb} memory.logit_chunk={chunk} (fit to "
                          f"{', '.join(f'{fit.device_memory(d) / fit.GB:.0f} GB on {d}' for d in peaks)}; none of "
@@ -260,12 +261,23 @@ class HFProfile(Profile):
         that would fit, when it exceeds what a device has (:func:`corl_bench.hf.fit.check_memory`)."""
         from corl_bench.hf import fit
 
-        peaks = fit.check_memory(cfg, cls.archs(cfg), cls.copies(cfg, method_cls), cls.dtype_bytes(cfg))
+        prompts = cls.prompt_tokens(cfg)
+        peaks = fit.check_memory(cfg, cls.archs(cfg), cls.copies(cfg, method_cls), cls.dtype_bytes(cfg), prompts)
         if not peaks:
             return []
         have = {d: fit.device_memory(d) / fit.GB for d in peaks}
+        lengths = ", ".join(f"{a.name} {n if n else f'{fit.PROMPT_TOKENS} (assumed)'}"
+                            for a, n in zip(cfg.cohort.agents, prompts))
         return ["estimated peak of a training step: " + ", ".join(
-            f"{p:.1f} GB{f' of {have[d]:.0f} GB' if have[d] else ''} on {d}" for d, p in peaks.items())]
+            f"{p:.1f} GB{f' of {have[d]:.0f} GB' if have[d] else ''} on {d}" for d, p in peaks.items()) +
+            f" (longest prompt of the run's draws, in tokens: {lengths})"]
+
+    @classmethod
+    def prompt_tokens(cls, cfg: Any) -> list[int | None]:
+        """Each agent's longest prompt among the problems the run draws (:mod:`corl_bench.hf.promptlen`)."""
+        from corl_bench.hf.promptlen import longest_prompts
+
+        return longest_prompts(cfg)
 
     @classmethod
     def archs(cls, cfg: Any) -> list[Any]:

@@ -1,0 +1,102 @@
+"""How long the prompts of a run are, in each agent's tokens: the input the memory estimate needs besides the
+architecture (:mod:`corl_bench.hf.fit`).
+
+A training micro-batch is padded to its longest row (prompt + completion), so a step's activations follow the longest
+prompt it holds, and a run's peak follows the longest prompt it ever draws. :func:`longest_prompts` replays the
+run's training stream (the seed's epoch order, ``data.train_pool``) for the ``run.steps x rollout.prompts_per_step``
+problems it draws, renders the longest of them as each agent is asked (its chat template, prompt format and view)
+and counts their tokens. A run of a few steps is planned for the prompts it draws; a run that passes through the
+whole training set, for the set's longest prompt.
+
+What it cannot see: the contamination check (which drops training problems that equal a benchmark item, before the
+first draw, and so reorders the stream) and a rephrased view (measured on the original text). Where the model's
+tokenizer is not cached or the data cannot be read, it gives ``None`` and the estimate assumes
+:data:`~corl_bench.hf.fit.PROMPT_TOKENS`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LONGEST", "longest_prompts"]
+
+LONGEST = 32
+"""problems rendered and tokenized per agent: the longest of the draws by characters (tokens follow characters
+closely enough that the longest prompt in tokens is among them)"""
+_memo: dict[tuple, list[int | None]] = {}
+
+
+def _drawn(cfg: Any) -> list[Any] | None:
+    """The training problems the run draws (module docstring), or None when the set cannot be read here."""
+    from corl_bench.hf.data import TrainingSet
+
+    try:
+        problems = TrainingSet.load(cfg.data.train, cfg.data.data_dir or None)
+    except Exception as e:  # noqa: BLE001 - no data here: the estimate falls back (validate --elsewhere)
+        log.debug("prompt lengths: training set %s not readable here (%s)", cfg.data.train, e)
+        return None
+    n = max(1, cfg.run.steps) * cfg.rollout.prompts_per_step
+    stream = problems.epochs(cfg.run.seed)
+    pool = cfg.data.train_pool
+    if not pool:
+        return list(islice(stream, min(n, len(problems.problems))))
+    first = list(islice(stream, min(pool, len(problems.problems))))
+    if n >= len(first):
+        return first
+    order = list(range(len(first)))
+    random.Random(f"{cfg.run.seed}:0").shuffle(order)
+    return [first[i] for i in order[:n]]
+
+
+def _tokenizer_here(profile: Any, family: str) -> Any | None:
+    """The agent's tokenizer when it can be read without downloading or converting anything, else None."""
+    from corl_bench.models.entries import ENTRIES, entry_dir
+    from corl_bench.models.load import load_tokenizer
+
+    if family in ENTRIES:
+        folder = entry_dir(family, profile.cache_root)
+    elif Path(family).is_dir():
+        folder = Path(family)
+    else:
+        return None  # a hub id (maybe not cached) or a micro family
+    if not (folder / "config.json").is_file():
+        return None
+    try:
+        return load_tokenizer(folder, profile.model_cfg.trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - an unreadable folder: the estimate falls back
+        log.debug("prompt lengths: no tokenizer for %s (%s)", family, e)
+        return None
+
+
+def longest_prompts(cfg: Any) -> list[int | None]:
+    """Per agent of ``cfg.cohort``: the most tokens any prompt the run draws takes as that agent is asked (images
+    not counted: the estimate adds an image's tokens; special tokens counted as the engines encode them); None where
+    it cannot be measured here."""
+    a_key = tuple((a.family, a.prompt, a.view) for a in cfg.cohort.agents)
+    key = (cfg.data.train, cfg.data.data_dir, cfg.data.train_pool, cfg.run.seed, cfg.run.steps,
+           cfg.rollout.prompts_per_step, cfg.model.cache_dir, a_key)
+    if key in _memo:
+        return list(_memo[key])
+    from corl_bench.hf.profile import HFProfile
+
+    drawn = _drawn(cfg)
+    profile = HFProfile(cfg.model)
+    out: list[int | None] = []
+    for agent in cfg.cohort.agents:
+        tok = _tokenizer_here(profile, agent.family) if drawn else None
+        if tok is None:
+            out.append(None)
+            continue
+        profile._tokenizers[agent.family] = tok
+        view = "original" if agent.view == "rephrased" else agent.view
+        longest = sorted(drawn, key=lambda p: len(p.text(view)), reverse=True)[:LONGEST]
+        texts = [profile.render(p, view, model=agent.family, prompt=agent.prompt).text for p in longest]
+        out.append(max(len(ids) for ids in tok(texts, add_special_tokens=True)["input_ids"]))
+    _memo[key] = out
+    return list(out)
