@@ -11,7 +11,8 @@ CPU allocator has no cache and leaves it to the C library.
 :func:`keep_host_memory` tells glibc to keep what is freed: no ``mmap`` for large blocks (``M_MMAP_MAX`` 0, so
 they come from the heap) and no trimming of the heap (``M_TRIM_THRESHOLD`` -1). After the first steps the heap
 holds the step's working set and allocations stop faulting. What it costs: the process keeps its peak memory (plus
-the heap's fragmentation) until the context ends, which restores glibc's defaults and returns the free memory
+the heap's fragmentation: up to a second copy of a training step's transient memory, which the estimate counts,
+:data:`corl_bench.hf.fit.KEPT_HEAP`) until the context ends, which restores glibc's defaults and returns the free memory
 (``malloc_trim``). Nothing computed changes. On a C library other than glibc (musl, macOS) it does nothing.
 
 Intel's PyTorch CPU tuning guide reaches the same end by preloading jemalloc or tcmalloc; this needs no library and

@@ -59,11 +59,15 @@ def test_the_longest_prompt_is_measured_in_the_agents_tokens_as_it_is_asked_on_c
     assert promptlen.longest_prompts(few)[0] > max(every)  # the worked examples come first
 
 
-def test_without_the_data_or_the_tokenizer_the_estimate_assumes_its_default_on_cpu(tiny_folder, tmp_path) -> None:
+def test_without_the_tokenizer_the_length_is_approximated_and_without_the_data_assumed_on_cpu(tiny_folder, tmp_path) -> None:
     missing = _cfg(tiny_folder, tmp_path, "run.steps=2", f"data.data_dir={tmp_path / 'nothing'}")
     assert promptlen.longest_prompts(missing) == [None]
     hub = _cfg(tiny_folder, tmp_path, "run.steps=2", "cohort.agents=[{name: a0, family: Qwen/Qwen2.5-0.5B}]")
-    assert promptlen.longest_prompts(hub) == [None]  # nothing is downloaded to measure a prompt
+    profile = HFProfile(hub.model)
+    chars = max(len(profile.render(p, "original").text) for p in promptlen._drawn(hub))
+    # nothing is downloaded to measure a prompt: its text without a chat template, at 3 characters a token, + 40
+    assert promptlen.longest_prompts(hub, detail=True) == [(-(-chars // 3) + promptlen.TEMPLATE_TOKENS, "approximate")]
+    assert promptlen.longest_prompts(missing, detail=True) == [(None, "unknown")]
     a = fit.KNOWN["smol"]
     cfg = load_config(None, ["model.profile=hf", "method.name=corl", "cohort.name=smol-cross-family",
                              "model.device=cpu"])

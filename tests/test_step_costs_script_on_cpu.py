@@ -85,3 +85,18 @@ def test_a_lean_cell_turns_off_kept_host_memory_and_gets_its_own_row(sc, tmp_pat
     rows = [ln for ln in sc.report().splitlines() if ln.startswith("| qwen")]
     assert len(rows) == 19 and rows[-1].startswith("| qwen05b-lora | 4 | 32 (lean allocator) |") and "1.43" in rows[-1]
     assert rows[-1].endswith("| memory.micro_batch=16 memory.logit_chunk=256 | 1 (2.0–3.0) |")  # threads (load)
+
+
+def test_a_cell_is_judged_by_the_current_estimate_of_the_settings_it_ran_with(sc) -> None:
+    step = {"rollout": 1.0, "forward": 1.0, "reward": 0.0, "update": 1.0, "mean_length": 32.0, "clipped": 1.0}
+    rec = {"estimate_gb": 13.3, "estimate_head_gb": 9.9, "estimate_head_commit": "fedcba9876", "peak_gb": 9.0,
+           "threads": 2, "cpu": "AMD EPYC x2", "loadavg_start": 0.0, "loadavg_end": 1.0, "commit": "abcdef0123",
+           "resolved": ["memory.micro_batch=16 memory.logit_chunk=256 (fit to 25 GB on cpu; none of memory.micro_batch, "
+                        "memory.logit_chunk, memory.shared_prefix was set)"], "steps": [step, step]}
+    assert sc.as_run(rec) == {"micro_batch": 16, "logit_chunk": 256}  # pinned when re-estimating
+    sc.OUT.mkdir(parents=True)
+    (sc.OUT / "cells.json").write_text(json.dumps({"qwen05b-lora/k4/t32": rec}), encoding="utf-8")
+    page = sc.report()
+    row = next(ln for ln in page.splitlines() if ln.startswith("| qwen05b-lora | 4 | 32 |"))
+    assert "| 9.0 | 9.9 | 1.10 |" in row  # the current estimate, not the one recorded when the cell ran (13.3)
+    assert "estimates by fedcba9" in page and "within 15 % of the measured peak in 1 of 1 measured cells" in page

@@ -261,13 +261,16 @@ class HFProfile(Profile):
         that would fit, when it exceeds what a device has (:func:`corl_bench.hf.fit.check_memory`)."""
         from corl_bench.hf import fit
 
-        prompts = cls.prompt_tokens(cfg)
+        from corl_bench.hf.promptlen import longest_prompts
+
+        detail = longest_prompts(cfg, detail=True)
+        prompts = [n for n, _ in detail]
         peaks = fit.check_memory(cfg, cls.archs(cfg), cls.copies(cfg, method_cls), cls.dtype_bytes(cfg), prompts)
         if not peaks:
             return []
         have = {d: fit.device_memory(d) / fit.GB for d in peaks}
-        lengths = ", ".join(f"{a.name} {n if n else f'{fit.PROMPT_TOKENS} (assumed)'}"
-                            for a, n in zip(cfg.cohort.agents, prompts))
+        lengths = ", ".join(f"{a.name} {n or fit.PROMPT_TOKENS}{'' if how == 'measured' else f' ({how})'}"
+                            for a, (n, how) in zip(cfg.cohort.agents, detail))
         return ["estimated peak of a training step: " + ", ".join(
             f"{p:.1f} GB{f' of {have[d]:.0f} GB' if have[d] else ''} on {d}" for d, p in peaks.items()) +
             f" (longest prompt of the run's draws, in tokens: {lengths})"]
