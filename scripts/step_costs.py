@@ -108,7 +108,8 @@ def estimate(key: str, data: str, threads: int, memory: dict | None = None) -> t
         res = subprocess.run([_cli(), "validate", "--config", str(path)], cwd=REPO, capture_output=True, text=True,
                              env=dict(os.environ, COLUMNS="400"))
     text = res.stdout + res.stderr
-    m = re.search(r"estimated peak of a training step: ([0-9.]+) GB", text)
+    m = re.search(r"estimated peak of a training step: ([0-9.]+) GB", text) or \
+        re.search(r"one training step needs about ([0-9.]+) GB", text)
     if res.returncode:
         return (float(m.group(1)) if m else None), next((ln for ln in text.splitlines() if "error" in ln), text[-300:])
     return (float(m.group(1)) if m else None), ""
@@ -134,6 +135,23 @@ def as_run(rec: dict) -> dict:
     return {k.split(".")[1]: int(v) for k, v in re.findall(r"(memory\.(?:micro_batch|logit_chunk))=(\d+)", line)}
 
 
+REFUSED = (("qwen05b-full/k8/t256", {"micro_batch": 64, "logit_chunk": 0}),
+           ("qwen15b-lora/k8/t256", {"micro_batch": 64, "logit_chunk": 256}),
+           ("qwen05b-full/k8/t256", {"micro_batch": 16, "logit_chunk": 256}))
+"""cells with the micro-batch written out (not fitted): what ``validate`` says of settings that do not fit this machine"""
+
+
+def refusals(data: str, threads: int) -> dict:
+    """validate's estimate and one-line answer for each of :data:`REFUSED` on this machine."""
+    head = _git("rev-parse", "HEAD")
+    out = {}
+    for key, memory in REFUSED:
+        est, refusal = estimate(key, data, threads, memory)
+        label = key + " " + " ".join(f"memory.{k}={v}" for k, v in memory.items())
+        out[label] = {"estimate_gb": est, "refusal": refusal, "commit": head}
+    return out
+
+
 def reestimate(data: str) -> None:
     """Record, per measured cell, the current code's estimate for the settings the cell ran with
     (``estimate_head_gb``, with the commit): the estimate is judged on every cell, also those measured before it
@@ -145,6 +163,8 @@ def reestimate(data: str) -> None:
             rec["estimate_head_gb"], _ = estimate(key, data, rec["threads"], as_run(rec))
             rec["estimate_head_commit"] = head
     (OUT / "cells.json").write_text(json.dumps(recs, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    (OUT / "refusals.json").write_text(json.dumps(refusals(data, 2), indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
 
 
 def measure(key: str, data: str, threads: int) -> dict:
@@ -272,6 +292,13 @@ def report() -> str:
         inside = sum(0.85 <= x <= 1.15 for x in ratios)
         lines += ["", f"Estimate within 15 % of the measured peak in {inside} of {len(ratios)} measured cells (ratios "
                   f"{min(ratios):.2f}-{max(ratios):.2f})."]
+    path = OUT / "refusals.json"
+    if path.is_file():
+        lines += ["", "## What does not fit", "", "`corl-bench validate` on this machine for cells whose micro-batch is "
+                  "written out rather than fitted (`--reestimate` records them):", ""]
+        for label, r in json.loads(path.read_text(encoding="utf-8")).items():
+            lines.append(f"- `{label}` (estimate {r['estimate_gb']} GB): " +
+                         (f"`{r['refusal']}`" if r["refusal"] else "fits, runs"))
     return "\n".join(lines) + "\n"
 
 

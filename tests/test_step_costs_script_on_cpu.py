@@ -100,3 +100,14 @@ def test_a_cell_is_judged_by_the_current_estimate_of_the_settings_it_ran_with(sc
     row = next(ln for ln in page.splitlines() if ln.startswith("| qwen05b-lora | 4 | 32 |"))
     assert "| 9.0 | 9.9 | 1.10 |" in row  # the current estimate, not the one recorded when the cell ran (13.3)
     assert "estimates by fedcba9" in page and "within 15 % of the measured peak in 1 of 1 measured cells" in page
+
+
+def test_the_page_lists_what_validate_refuses_in_one_line(sc) -> None:
+    sc.OUT.mkdir(parents=True)
+    (sc.OUT / "refusals.json").write_text(json.dumps({"qwen05b-full/k8/t256 memory.micro_batch=64": {
+        "estimate_gb": 234.4, "refusal": "error: one training step needs about 234.4 GB on cpu", "commit": "abc"}}),
+        encoding="utf-8")
+    page = sc.report()
+    assert "## What does not fit" in page
+    assert "- `qwen05b-full/k8/t256 memory.micro_batch=64` (estimate 234.4 GB): `error: one training step needs " \
+           "about 234.4 GB on cpu`" in page
