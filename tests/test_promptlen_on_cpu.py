@@ -82,7 +82,7 @@ def test_without_the_tokenizer_the_length_is_approximated_and_without_the_data_a
                                                     (fit.PROMPT_TOKENS + cfg.rollout.max_new_tokens))
 
 
-def test_the_kept_heap_doubles_the_training_transient_on_a_cpu_only_on_cpu() -> None:
+def test_the_kept_heap_doubles_the_training_transient_of_several_micro_batches_on_a_cpu_only_on_cpu() -> None:
     a = fit.KNOWN["smol"]
     args = dict(dtype_bytes=4, prompt_tokens=100, new_tokens=64, micro_batch=8, logit_chunk=256, checkpointing=False,
                 max_batch=32)
@@ -99,3 +99,6 @@ def test_the_kept_heap_doubles_the_training_transient_on_a_cpu_only_on_cpu() -> 
         cfg = load_config(None, [*base, *sets])
         cfg = cfg.replace(cohort=COHORTS.get(cfg.cohort.name))
         assert fit._agent_estimate(cfg, cfg.cohort.agents[0], a, 8, 256, 0, 4)["kept_heap"] == factor
+        whole = cfg.rollout.prompts_per_step * cfg.rollout.samples_per_prompt
+        for one in (0, whole):  # one micro-batch a step: what it freed is reused by the next step's, counted once
+            assert fit._agent_estimate(cfg, cfg.cohort.agents[0], a, one, 256, 0, 4)["kept_heap"] == 1.0

@@ -41,11 +41,14 @@ PROMPT_TOKENS = 200
 prompt has one image on top (:attr:`Arch.image_tokens`)"""
 KEPT_HEAP = 2.0
 """Copies of a training step's transient memory a CPU process holds at its peak under ``memory.keep_host_memory`` (the
-default, :mod:`corl_bench.hostmem`): glibc's heap keeps the blocks a micro-batch freed, and the next micro-batch,
-padded to another width, allocates beside rather than into them. Fitted on the seven cells of
-``results/step-costs.md`` measured at 9eaf9d5 (estimate / peak 0.88-1.04 with this value, prompts as drawn), checked on
-the cells measured after (that page). Per-phase measurement of one cell (Qwen2.5-0.5B LoRA, 8 x 4 x 32, micro-batch
-16, 2 steps): peak 17.6 GB kept, 9.6 GB with every large block returned to the system, 10.0 GB estimated live."""
+default, :mod:`corl_bench.hostmem`) when its step has several micro-batches: glibc's heap keeps the blocks a
+micro-batch freed, and the next micro-batch, padded to another width, allocates beside rather than into them. Fitted
+on the seven cells of ``results/step-costs.md`` measured at 9eaf9d5 (estimate / peak 0.88-1.04 with this value,
+prompts as drawn), checked on the cells measured after (that page). Per-phase measurement of one cell (Qwen2.5-0.5B
+LoRA, 8 x 4 x 32, micro-batch 16, 2 steps): peak 17.6 GB kept, 9.6 GB with every large block returned to the system,
+10.0 GB estimated live. A step of one micro-batch (``memory.micro_batch`` 0 or the whole batch) is counted once: a
+real-study cell (SmolLM2 x Gemma-3, 8 x 4 x 32, ``memory.shared_prefix``, 2 steps) peaked at 16.0 GB against 14.8 GB
+estimated live."""
 MEMORY_SHARE = 0.6
 """share of the machine's memory the hf profile's defaults may plan for (the rest: the OS, Python, the evaluator)"""
 
@@ -337,7 +340,9 @@ def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_ch
     ranks = agent_resources(agent, cfg.run)[0]
     lora = (agent.lora_rank if agent.lora_rank is not None else cfg.memory.lora_rank) > 0
     device = _device_key(agent.device or cfg.model.device)
-    kept = KEPT_HEAP if device == "cpu" and cfg.memory.keep_host_memory else 1.0
+    rows = math.ceil(batch / ranks)
+    several = math.ceil(rows / (micro_batch or rows)) > 1  # micro-batches of other widths, one after the other
+    kept = KEPT_HEAP if device == "cpu" and cfg.memory.keep_host_memory and several else 1.0
     return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=(prompt or PROMPT_TOKENS) + arch.image_tokens,
                     new_tokens=cfg.rollout.max_new_tokens,
                     micro_batch=micro_batch or math.ceil(batch / ranks), logit_chunk=logit_chunk,
