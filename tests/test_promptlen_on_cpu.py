@@ -53,21 +53,22 @@ def test_the_longest_prompt_is_measured_in_the_agents_tokens_as_it_is_asked_on_c
     agent = cfg.cohort.agents[0]
     tok = profile.tokenizer(agent.family)
     every = [len(tok(render_for(profile, p, agent).text)["input_ids"]) for p in promptlen._drawn(cfg)]
-    assert promptlen.longest_prompts(cfg) == [max(every)]
+    assert promptlen.longest_prompts(cfg, HFProfile(cfg.model)) == [max(every)]
     few = _cfg(tiny_folder, tmp_path, "run.steps=3", f"cohort.agents=[{{name: a0, family: '{tiny_folder}', "
                                                       "prompt: fewshot}]")
-    assert promptlen.longest_prompts(few)[0] > max(every)  # the worked examples come first
+    assert promptlen.longest_prompts(few, HFProfile(few.model))[0] > max(every)  # the worked examples come first
 
 
 def test_without_the_tokenizer_the_length_is_approximated_and_without_the_data_assumed_on_cpu(tiny_folder, tmp_path) -> None:
     missing = _cfg(tiny_folder, tmp_path, "run.steps=2", f"data.data_dir={tmp_path / 'nothing'}")
-    assert promptlen.longest_prompts(missing) == [None]
+    assert promptlen.longest_prompts(missing, HFProfile(missing.model)) == [None]
     hub = _cfg(tiny_folder, tmp_path, "run.steps=2", "cohort.agents=[{name: a0, family: Qwen/Qwen2.5-0.5B}]")
     profile = HFProfile(hub.model)
     chars = max(len(profile.render(p, "original").text) for p in promptlen._drawn(hub))
     # nothing is downloaded to measure a prompt: its text without a chat template, at 3 characters a token, + 40
-    assert promptlen.longest_prompts(hub, detail=True) == [(-(-chars // 3) + promptlen.TEMPLATE_TOKENS, "approximate")]
-    assert promptlen.longest_prompts(missing, detail=True) == [(None, "unknown")]
+    want = [(-(-chars // 3) + promptlen.TEMPLATE_TOKENS, "approximate")]
+    assert promptlen.longest_prompts(hub, HFProfile(hub.model), detail=True) == want
+    assert promptlen.longest_prompts(missing, HFProfile(missing.model), detail=True) == [(None, "unknown")]
     a = fit.KNOWN["smol"]
     cfg = load_config(None, ["model.profile=hf", "method.name=corl", "cohort.name=smol-cross-family",
                              "model.device=cpu"])

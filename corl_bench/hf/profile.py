@@ -263,7 +263,7 @@ class HFProfile(Profile):
 
         from corl_bench.hf.promptlen import longest_prompts
 
-        detail = longest_prompts(cfg, detail=True)
+        detail = longest_prompts(cfg, cls(cfg.model), detail=True)
         prompts = [n for n, _ in detail]
         peaks = fit.check_memory(cfg, cls.archs(cfg), cls.copies(cfg, method_cls), cls.dtype_bytes(cfg), prompts)
         if not peaks:
@@ -280,7 +280,7 @@ class HFProfile(Profile):
         """Each agent's longest prompt among the problems the run draws (:mod:`corl_bench.hf.promptlen`)."""
         from corl_bench.hf.promptlen import longest_prompts
 
-        return longest_prompts(cfg)
+        return longest_prompts(cfg, cls(cfg.model))
 
     @classmethod
     def archs(cls, cfg: Any) -> list[Any]:

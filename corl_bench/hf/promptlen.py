@@ -81,25 +81,22 @@ def _tokenizer_here(profile: Any, family: str) -> Any | None:
         return None
 
 
-def longest_prompts(cfg: Any, detail: bool = False) -> list[Any]:
-    """Per agent of ``cfg.cohort``: the most tokens any prompt the run draws takes as that agent is asked (images
+def longest_prompts(cfg: Any, profile: Any, detail: bool = False) -> list[Any]:
+    """Per agent of ``cfg.cohort``, asked through ``profile`` (an :class:`~corl_bench.hf.profile.HFProfile`): the most tokens any prompt the run draws takes as that agent is asked (images
     not counted: the estimate adds an image's tokens; special tokens counted as the engines encode them); None where
     the data cannot be read here. ``detail``: (tokens, how) pairs, how = ``measured`` / ``approximate`` / ``unknown``."""
     a_key = tuple((a.family, a.prompt, a.view) for a in cfg.cohort.agents)
     key = (cfg.data.train, cfg.data.data_dir, cfg.data.train_pool, cfg.run.seed, cfg.run.steps,
            cfg.rollout.prompts_per_step, cfg.model.cache_dir, a_key)
     if key not in _memo:
-        _memo[key] = _measure(cfg)
+        _memo[key] = _measure(cfg, profile)
     return list(_memo[key]) if detail else [n for n, _ in _memo[key]]
 
 
-def _measure(cfg: Any) -> list[tuple[int | None, str]]:
+def _measure(cfg: Any, profile: Any) -> list[tuple[int | None, str]]:
     import math
 
-    from corl_bench.hf.profile import HFProfile
-
     drawn = _drawn(cfg)
-    profile = HFProfile(cfg.model)
     out: list[tuple[int | None, str]] = []
     for agent in cfg.cohort.agents:
         if not drawn:
