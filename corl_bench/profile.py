@@ -191,6 +191,31 @@ def check_profile_class(name: str, cls: Any) -> None:
                           "subclass corl_bench.profile.Profile (its default hooks close the contract)")
 
 
+def pooled(stream: Iterator[Any], seed: int, pool_size: int) -> Iterator[Any]:
+    """``stream`` as a run trains on it: unchanged, or (``data.train_pool`` = N > 0) its first N problems in epochs,
+    each epoch shuffled by ``Random((run seed, epoch))`` so that a resumed run replays exactly the same order; a
+    ConfigError (before the first draw) when the stream holds fewer than N."""
+    if not pool_size:
+        return stream
+    import random
+    from itertools import count, islice
+
+    from corl_bench.config import ConfigError
+
+    pool = list(islice(stream, pool_size))
+    if len(pool) < pool_size:
+        raise ConfigError(f"data.train_pool={pool_size} but the training set has {len(pool)} problems; "
+                          f"set data.train_pool={len(pool)} or less")
+
+    def epochs() -> Iterator[Any]:
+        for epoch in count():
+            order = list(range(len(pool)))
+            random.Random(f"{seed}:{epoch}").shuffle(order)
+            yield from (pool[i] for i in order)
+
+    return epochs()
+
+
 def render_for(profile: Profile, problem: Any, agent: Any) -> Request:
     """The request ``agent`` (an AgentSpec) is given for ``problem``."""
     return profile.render(problem, agent.view, model=agent.family, prompt=agent.prompt)

@@ -290,7 +290,8 @@ def estimate(a: Arch, *, dtype_bytes: int, prompt_tokens: int, new_tokens: int, 
     resident = weights + train_state
     train_peak = resident + (gathered + acts + logits + casts) * kept_heap + (0 if engine_sleeps else engine)
     rollout_peak = resident + kv + engine  # optimiser state stays resident while the agent generates
-    return {"params_B": n / 1e9, "kept_heap": kept_heap, "weights": weights / GB, "full_copy": full / GB, "grads+adamw": train_state / GB,
+    return {"params_B": n / 1e9, "kept_heap": kept_heap, "weights": weights / GB, "full_copy": full / GB,
+            "grads+adamw": train_state / GB,
             "gathered": gathered / GB, "activations": acts / GB, "logits": logits / GB, "casts": casts / GB,
             "kv_cache": kv / GB, "engine": engine_gb, "engine_kv_room": (engine - n * engine_dtype_bytes) / GB
             if engine_gb else 0.0, "resident": resident / GB, "train_peak": train_peak / GB,
@@ -345,7 +346,7 @@ def _agent_estimate(cfg: Any, agent: Any, arch: Arch, micro_batch: int, logit_ch
     kept = KEPT_HEAP if device == "cpu" and cfg.memory.keep_host_memory and several else 1.0
     return estimate(arch, dtype_bytes=dtype_bytes, prompt_tokens=(prompt or PROMPT_TOKENS) + arch.image_tokens,
                     new_tokens=cfg.rollout.max_new_tokens,
-                    micro_batch=micro_batch or math.ceil(batch / ranks), logit_chunk=logit_chunk,
+                    micro_batch=micro_batch or rows, logit_chunk=logit_chunk,
                     checkpointing=cfg.memory.gradient_checkpointing,
                     max_batch=min(cfg.rollout.max_batch or batch, batch), copies=copies, lora=lora,
                     mixed_precision=cfg.memory.autocast == "bfloat16", ranks=ranks, engine_gb=engine[0],

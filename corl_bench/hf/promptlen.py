@@ -18,7 +18,6 @@ where the data cannot be read, it is ``None`` and the estimate assumes :data:`~c
 from __future__ import annotations
 
 import logging
-import random
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -48,17 +47,12 @@ def _drawn(cfg: Any) -> list[Any] | None:
     except Exception as e:  # noqa: BLE001 - no data here: the estimate falls back (validate --elsewhere)
         log.debug("prompt lengths: training set %s not readable here (%s)", cfg.data.train, e)
         return None
-    n = max(1, cfg.run.steps) * cfg.rollout.prompts_per_step
-    stream = problems.epochs(cfg.run.seed)
-    pool = cfg.data.train_pool
-    if not pool:
-        return list(islice(stream, min(n, len(problems.problems))))
-    first = list(islice(stream, min(pool, len(problems.problems))))
-    if n >= len(first):
-        return first
-    order = list(range(len(first)))
-    random.Random(f"{cfg.run.seed}:0").shuffle(order)
-    return [first[i] for i in order[:n]]
+    from corl_bench.profile import pooled
+
+    size = len(problems.problems)
+    pool = min(cfg.data.train_pool, size)  # a pool larger than the set is the run's own error to report
+    draws = min(max(1, cfg.run.steps) * cfg.rollout.prompts_per_step, pool or size)
+    return list(islice(pooled(problems.epochs(cfg.run.seed), cfg.run.seed, pool), draws))
 
 
 def _tokenizer_here(profile: Any, family: str) -> Any | None:
@@ -82,9 +76,9 @@ def _tokenizer_here(profile: Any, family: str) -> Any | None:
 
 
 def longest_prompts(cfg: Any, profile: Any, detail: bool = False) -> list[Any]:
-    """Per agent of ``cfg.cohort``, asked through ``profile`` (an :class:`~corl_bench.hf.profile.HFProfile`): the most tokens any prompt the run draws takes as that agent is asked (images
-    not counted: the estimate adds an image's tokens; special tokens counted as the engines encode them); None where
-    the data cannot be read here. ``detail``: (tokens, how) pairs, how = ``measured`` / ``approximate`` / ``unknown``."""
+    """Per agent of ``cfg.cohort``, asked through ``profile`` (an :class:`~corl_bench.hf.profile.HFProfile`): the
+    most tokens any prompt the run draws takes as that agent is asked (images not counted: the estimate adds an
+    image's tokens; special tokens counted as the engines encode them); None where the data cannot be read here. ``detail``: (tokens, how) pairs, how = ``measured`` / ``approximate`` / ``unknown``."""
     a_key = tuple((a.family, a.prompt, a.view) for a in cfg.cohort.agents)
     key = (cfg.data.train, cfg.data.data_dir, cfg.data.train_pool, cfg.run.seed, cfg.run.steps,
            cfg.rollout.prompts_per_step, cfg.model.cache_dir, a_key)

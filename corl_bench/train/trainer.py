@@ -13,22 +13,21 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 import zlib
 from dataclasses import dataclass, field
-from itertools import count, islice
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from corl_bench.advantages import group_advantages
-from corl_bench.config import Config, ConfigError
+from corl_bench.config import Config
 from corl_bench.registries import EXTRACTORS
 from corl_bench.grading.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
-from corl_bench.profile import render_for, stop_for
+from corl_bench.profile import pooled, render_for, stop_for
 from corl_bench.results import RunDir, append_jsonl
 from corl_bench.rollout import Completion, Prompt, SamplingParams, as_request, prompt_text
 from corl_bench.train import grpo
@@ -119,24 +118,8 @@ class Trainer:
         self.method.load_state_dict(state.get("method") or {})
 
     def _training_stream(self) -> Iterator[Any]:
-        """The profile's stream, or (``data.train_pool`` = N) its first N problems in epochs, each epoch
-        shuffled by ``Random((run seed, epoch))`` so that a resumed run replays exactly the same order."""
-        seed, pool_size = self.cfg.run.seed, self.cfg.data.train_pool
-        stream = self.profile.training_problems(seed)
-        if not pool_size:
-            return stream
-        pool = list(islice(stream, pool_size))
-        if len(pool) < pool_size:
-            raise ConfigError(f"data.train_pool={pool_size} but the training set has {len(pool)} problems; "
-                              f"set data.train_pool={len(pool)} or less")
-
-        def epochs() -> Iterator[Any]:
-            for epoch in count():
-                order = list(range(len(pool)))
-                random.Random(f"{seed}:{epoch}").shuffle(order)
-                yield from (pool[i] for i in order)
-
-        return epochs()
+        """The profile's stream as the run trains on it (:func:`corl_bench.profile.pooled`: ``data.train_pool``)."""
+        return pooled(self.profile.training_problems(self.cfg.run.seed), self.cfg.run.seed, self.cfg.data.train_pool)
 
     def step(self, step: int) -> StepResult:
         cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt
