@@ -153,6 +153,12 @@ def load_checkpoint(path: Path, agents: AgentGroup | Sequence[AgentHandle]) -> d
     (``step`` = the next step to run)."""
     import torch
 
+    from corl_bench.errors import ConfigError
+
+    if not (path / "state.pt").is_file():  # never resume with the stream at 0 and fresh RNG (TRL PR#5911)
+        raise ConfigError(f"checkpoint {path} is marked complete but has no state.pt (the step, data position and "
+                          f"RNG state), so it cannot resume exactly; move {path.name} aside to resume from an "
+                          "earlier checkpoint, or start the run again with --fresh")
     AgentGroup.of(agents).restore(path)
     state = torch.load(path / "state.pt", weights_only=False)
     set_rng_state(state.pop("rng"))

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from corl_bench.advantages import group_advantages
-from corl_bench.config import Config
+from corl_bench.config import Config, ConfigError
 from corl_bench.registries import EXTRACTORS
 from corl_bench.grading.verifier import extract_normalized, plurality_vote
 from corl_bench.method import AgentRollouts, Generate, Method, RewardInput, SequenceStats
@@ -124,6 +124,10 @@ class Trainer:
     def step(self, step: int) -> StepResult:
         cfg, k = self.cfg, self.cfg.rollout.samples_per_prompt
         problems = list(islice(self.stream, cfg.rollout.prompts_per_step))
+        if len(problems) < cfg.rollout.prompts_per_step:  # never a short or empty step (verl PR#5725)
+            raise ConfigError(f"the training stream ended at step {step} after {self.consumed + len(problems)} "
+                              f"problems (this step needs {cfg.rollout.prompts_per_step}); the profile's "
+                              "training_problems must not end: set data.train_pool to read its first N in epochs")
         self.consumed += len(problems)
         truth = [p.answer for p in problems]
         timer: dict[str, float] = {}
