@@ -6,6 +6,11 @@ every rollout is rewarded 1/0 by equivalence with it, and only the first ``sampl
 prompt are trained on (the original TTRL votes on 64 and trains on 32). ``votes_per_prompt: 0`` (default) votes on
 the trained samples only, as the Co-RL release's TTRL baseline does. A prompt whose samples have no valid answer is
 unlabeled (reward 0), as Co-rewarding does (methods.md section 3, "Empty answers").
+
+Option ``margin`` (not TTRL's: SCRL's selective-positive gate, arXiv 2603.19880, Jasper-Yan/SCRL
+``scrl_utils.py::determine_pseudo_labels``): a prompt is unlabeled unless its top answer's share of the voting
+samples exceeds the second answer's by more than ``margin`` (:func:`vote_margin`; SCRL uses 0.15) — "no label
+when no answer has a clear majority". Default ``null``: off, plain TTRL.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corl_bench.method import (METHODS, AgentRewards, ConfigError, Method, RewardInput, is_equivalent,
-                               plurality_vote)
+                               plurality_vote, vote_margin)
 
 
 @dataclass(frozen=True)
@@ -21,9 +26,15 @@ class TTRLOptions:
     votes_per_prompt: int = 0
     """samples per prompt that vote (>= rollout.samples_per_prompt); 0 = vote on the trained samples"""
 
+    margin: float | None = None
+    """no label unless the top answer's share of the votes exceeds the second's by more than this (SCRL: 0.15);
+    null = off"""
+
     def __post_init__(self) -> None:
         if self.votes_per_prompt < 0:
             raise ValueError(f"votes_per_prompt must be >= 0 (got {self.votes_per_prompt})")
+        if self.margin is not None and not 0.0 <= self.margin < 1.0:
+            raise ValueError(f"margin must be in [0, 1) or null (got {self.margin})")
 
 
 @METHODS.register("ttrl")
@@ -54,8 +65,14 @@ class TTRL(Method):
         k = batch.samples_per_prompt
         out = {}
         for name, ro in batch.rollouts.items():
-            labels = [plurality_vote(ans).label for ans in ro.answers]  # vote over all generated samples
+            labels = [self.pseudo_label(ans) for ans in ro.answers]  # vote over all generated samples
             rewards = [[1.0 if (lb is not None and a is not None and is_equivalent(a, lb)) else 0.0 for a in ans[:k]]
                        for ans, lb in zip(ro.answers, labels)]
             out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels)
         return out
+
+    def pseudo_label(self, answers: list[str | None]) -> str | None:
+        """The plurality answer of a prompt's voting samples, or None (no answer, or no clear margin)."""
+        label = plurality_vote(answers).label
+        margin = self.options.margin
+        return None if (label is not None and margin is not None and vote_margin(answers) <= margin) else label

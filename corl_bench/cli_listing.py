@@ -16,8 +16,9 @@ Listing = tuple[tuple[str, ...], list[tuple[str, ...]]]
 
 def _list_methods(reg) -> Listing:
     rows = [(name, f"{cls.min_agents}+" if cls.max_agents is None else str(cls.min_agents), cls.extra_cost,
-             "yes" if cls.uses_labels else "no", cls.reference) for name, cls in reg.items()]
-    return ("name", "agents", "extra cost", "uses labels", "reference"), rows
+             "yes" if cls.uses_labels else "no", "official" if getattr(cls, "official", True) else "unofficial",
+             cls.reference) for name, cls in reg.items()]
+    return ("name", "agents", "extra cost", "uses labels", "code", "reference"), rows
 
 
 def _list_cohorts(reg) -> Listing:

@@ -35,15 +35,17 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from corl_bench.config import PAPER_ROWS, AgentSpec, ConfigError
 from corl_bench.debate import DEBATE_TEMPLATE, Debate, DebateOptions, Turn, debate_prompt, run_debate, turn_advantages
-from corl_bench.grading.verifier import Vote, has_boxed, is_equivalent, plurality_vote
+from corl_bench.grading.verifier import (Vote, harmonic_vote, has_boxed, is_equivalent, plurality_vote,
+                                        vote_margin)
 from corl_bench.registries import METHODS
 from corl_bench.rollout.base import Completion
 from corl_bench.rollout.request import Request, prompt_text
 
 __all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError",
            "Debate", "DebateOptions", "ExtraSample", "Generate", "Method", "NoOptions", "Request", "RewardInput",
-           "SequenceStats", "Turn", "Vote", "debate_prompt", "has_boxed", "is_equivalent", "plurality_vote",
-           "prompt_text", "run_debate", "turn_advantages", "whitened_advantages"]
+           "SequenceStats", "Turn", "UNOFFICIAL", "Vote", "debate_prompt", "harmonic_vote", "has_boxed",
+           "is_equivalent", "plurality_vote", "prompt_text", "run_debate", "turn_advantages", "vote_margin",
+           "whitened_advantages"]
 
 
 def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
@@ -142,6 +144,10 @@ class NoOptions:
     """Options of a method without options."""
 
 
+UNOFFICIAL = "†"
+"""The mark of a method implemented from its paper without public code (``Method.official = False``)."""
+
+
 def mirrored_cohort(cohort: str) -> str:
     """The text cohort a vision-language cohort mirrors (``visual-cross-family`` -> ``cross-family``): it gets that
     cohort's row label and place, so Co-RL's VLM rows read as the paper's ("Co-RL (cross-family)")."""
@@ -165,6 +171,8 @@ class Method:
     uses_labels: ClassVar[bool] = False
     extra_cost: ClassVar[str] = "none"  # extra forward passes or generations, for `ls methods`
     reference: ClassVar[str] = ""  # paper / official code the implementation follows
+    official: ClassVar[bool] = True  # False: implemented from the paper, no public code to follow ("unofficial" in
+    #                                  `ls methods`; its table rows carry UNOFFICIAL and a footnote says why)
     Options: ClassVar[type] = NoOptions  # a frozen dataclass; MethodConfig.options is validated against it
     auxiliary: ClassVar[tuple[AuxiliaryModel, ...]] = ()  # models each agent keeps besides its policy
 
@@ -195,8 +203,9 @@ class Method:
 
     @classmethod
     def row_label(cls, cohort: str) -> str:
-        """The table row of this method trained on ``cohort`` ("Co-RL (cross-family)", "TTRL")."""
-        label = cls.label or cls.name
+        """The table row of this method trained on ``cohort`` ("Co-RL (cross-family)", "TTRL"; an unofficial
+        method's label ends in :data:`UNOFFICIAL`: "RLCCF†")."""
+        label = (cls.label or cls.name) + ("" if cls.official else UNOFFICIAL)
         if not cls.cohort_labels:
             return label
         return f"{label} ({cls.cohort_labels.get(cohort, cls.cohort_labels.get(mirrored_cohort(cohort), cohort))})"

@@ -14,6 +14,26 @@ Option ``supervision: peer-majority`` (a control, not the paper) labels agent n 
 its peers' votes (ties unlabeled), the rule of the release's unused ``_peer_majority_vote`` helper; it is also
 registered as its own method, ``corl-peer-majority`` (three or more agents), so it gets its own rows in tables.
 
+Option ``supervision: collective`` is RLCCF's rule (arXiv 2508.12338, "Wisdom of the Crowd: RL from Coevolutionary
+Collective Feedback"; no public code, so **unofficial**): every agent, itself included, casts its plurality vote
+with the weight ``vote_weight`` gives it, ``self-consistency`` (default) = its vote's share of its own rollouts
+(:attr:`Vote.ratio`, rollouts without an answer in the denominator); the label of every agent is the answer with
+the largest total weight (ties: the earliest agent's answer in cohort order; no vote at all: unlabeled).
+``vote_weight: uniform`` is the unweighted collective plurality. Registered as ``rlccf`` (two or more agents). From
+``corl-peer-majority`` it is one option away: ``supervision: collective`` includes the agent's own vote and weights
+the votes (the abstract's rule; the exact self-consistency score of the paper could not be read here).
+
+Option ``supervision: dual-consensus`` is DCRL's label rule (arXiv 2603.16223, v0yager33/DualConsensus
+``dcrl_utils.py::_harmonic_vote``) across two peers, "a label supported by both peers": agent n's label is the
+answer with the best harmonic mean of its shares in agent n-1's rollouts (the anchor pool) and in its own (the
+explorer pool), which must appear in both (:func:`harmonic_vote`); where none does, the peer's plurality vote, as
+in the ring (DCRL falls back to the anchor's majority). Rewards stay Co-RL's 1/0 against the label (the release's
+0.5 "anchor majority" reward belongs to its single-model method).
+
+Option ``margin`` (SCRL's selective positive, arXiv 2603.19880, as a gate on any supervision): a vote labels
+nothing unless its top answer's share of the voter's rollouts exceeds the second answer's by more than ``margin``
+(:func:`vote_margin`; default ``null`` = off) — "no label when no answer has a clear majority".
+
 ``corl-frozen-peer`` (a control, not in the paper): every agent learns from the votes of its peer's *initial*
 model, which never changes. Co-RL's claim has two parts that one comparison cannot separate: labels come from a
 *different* model, and the peers *improve together*. Here each agent keeps a frozen copy of its starting weights (an
@@ -30,22 +50,36 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from corl_bench.method import (METHODS, AgentRewards, AgentRollouts, AuxiliaryModel, Method, RewardInput,
-                               is_equivalent, plurality_vote)
+from corl_bench.method import (METHODS, AgentRewards, AgentRollouts, AuxiliaryModel, Method, RewardInput, Vote,
+                               harmonic_vote, is_equivalent, plurality_vote, vote_margin)
+
+SUPERVISION = ("ring", "peer-majority", "collective", "dual-consensus")
+VOTE_WEIGHTS = ("self-consistency", "uniform")
 
 
 @dataclass(frozen=True)
 class CoRLOptions:
     supervision: str = "ring"
-    """ring (paper: agent n learns from agent n-1) | peer-majority (strict majority of all peers' votes)"""
+    """ring (paper: agent n learns from agent n-1) | peer-majority (strict majority of all peers' votes) |
+    collective (RLCCF: every agent's vote, its own included, weighted by vote_weight; the heaviest answer) |
+    dual-consensus (DCRL's harmonic vote of the ring peer's and the agent's own rollouts; else the peer's vote)"""
     threshold: float = 0.0
     """a peer vote whose share of valid answers is below this labels nothing (release default 0.0)"""
+    margin: float | None = None
+    """a vote whose top share (of all rollouts) exceeds the second's by no more than this labels nothing
+    (SCRL's gate: 0.15); null = off"""
+    vote_weight: str = "self-consistency"
+    """collective only: self-consistency (a vote weighs its share of the voter's rollouts) | uniform"""
 
     def __post_init__(self) -> None:
-        if self.supervision not in ("ring", "peer-majority"):
-            raise ValueError(f"supervision must be ring or peer-majority (got {self.supervision!r})")
+        if self.supervision not in SUPERVISION:
+            raise ValueError(f"supervision must be one of {', '.join(SUPERVISION)} (got {self.supervision!r})")
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1] (got {self.threshold})")
+        if self.margin is not None and not 0.0 <= self.margin < 1.0:
+            raise ValueError(f"margin must be in [0, 1) or null (got {self.margin})")
+        if self.vote_weight not in VOTE_WEIGHTS:
+            raise ValueError(f"vote_weight must be one of {', '.join(VOTE_WEIGHTS)} (got {self.vote_weight!r})")
 
 
 @METHODS.register("corl", aliases=("co-rl",))
@@ -65,34 +99,55 @@ class CoRL(Method):
 
     def teachers(self) -> dict[str, list[str]]:
         names = [a.name for a in self.agents]
-        if self.options.supervision == "ring":
+        if self.options.supervision in ("ring", "dual-consensus"):
             return {n: [names[i - 1]] for i, n in enumerate(names)}
+        if self.options.supervision == "collective":
+            return {n: list(names) for n in names}
         return {n: [m for m in names if m != n] for n in names}
 
-    def _label(self, votes: list[str | None]) -> str | None:
-        if self.options.supervision == "ring" or len(votes) == 1:
-            return votes[0]
-        counts = Counter(v for v in votes if v is not None)
+    def _label(self, votes: list[Vote]) -> str | None:
+        if self.options.supervision == "collective":
+            weights: dict[str, float] = {}  # answer -> total weight, in the order the voters first name it
+            for v in votes:
+                if v.label is not None:
+                    weights[v.label] = weights.get(v.label, 0.0) + (
+                        v.ratio if self.options.vote_weight == "self-consistency" else 1.0)
+            return max(weights, key=weights.__getitem__) if weights else None  # max keeps the first of ties
+        if self.options.supervision in ("ring", "dual-consensus") or len(votes) == 1:
+            return votes[0].label
+        counts = Counter(v.label for v in votes if v.label is not None)
         if not counts:
             return None
         (top, c), *rest = counts.most_common()
         return top if c * 2 > len(votes) else None  # strict majority of all peers, ties unlabeled
 
-    def votes(self, voters: dict[str, AgentRollouts]) -> dict[str, list[str | None]]:
-        """agent -> [P] the plurality vote of its rollouts in ``voters`` (None: no vote above the threshold)."""
-        return {name: [plurality_vote(ans, self.options.threshold).label for ans in ro.answers]
-                for name, ro in voters.items()}
+    def vote(self, answers: list[str | None]) -> Vote:
+        """The plurality vote of one voter's rollouts on one prompt, after the threshold and margin gates (a gated
+        vote has label None)."""
+        v = plurality_vote(answers, self.options.threshold)
+        if v.label is not None and self.options.margin is not None and vote_margin(answers) <= self.options.margin:
+            return Vote(label=None, count=0, n_valid=v.n_valid, n_total=v.n_total)
+        return v
+
+    def votes(self, voters: dict[str, AgentRollouts]) -> dict[str, list[Vote]]:
+        """agent -> [P] the vote of its rollouts in ``voters`` (label None: no vote passed the gates)."""
+        return {name: [self.vote(ans) for ans in ro.answers] for name, ro in voters.items()}
 
     def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
-        return self.rewards_from(batch, self.votes(batch.rollouts))
+        return self.rewards_from(batch, batch.rollouts)
 
-    def rewards_from(self, batch: RewardInput, votes: dict[str, list[str | None]]) -> dict[str, AgentRewards]:
-        """Each agent's rollouts rewarded against its teachers' ``votes`` (the ring or the peer majority)."""
-        k = batch.samples_per_prompt
+    def rewards_from(self, batch: RewardInput, voters: dict[str, AgentRollouts]) -> dict[str, AgentRewards]:
+        """Each agent's rollouts rewarded against the votes of its teachers' rollouts in ``voters`` (the ring, the
+        peer majority, the collective vote, or the dual consensus of the ring peer's and its own rollouts)."""
+        k, votes = batch.samples_per_prompt, self.votes(voters)
+        dual = self.options.supervision == "dual-consensus"
         out = {}
         for name, peers in self.teachers().items():
             ro = batch.rollouts[name]
             labels = [self._label([votes[p][i] for p in peers]) for i in range(len(batch.problem_ids))]
+            if dual:  # the answer both pools support, else the peer's vote (DCRL's anchor fallback)
+                labels = [harmonic_vote(voters[peers[0]].answers[i], voters[name].answers[i]) or lb
+                          for i, lb in enumerate(labels)]
             rewards = [[1.0 if (label is not None and a is not None and is_equivalent(a, label)) else 0.0
                         for a in ro.answers[i][:k]] for i, label in enumerate(labels)]
             unlabeled = sum(lb is None for lb in labels) / max(1, len(labels))
@@ -120,6 +175,29 @@ class CoRLPeerMajority(CoRL):
     Options = CoRLPeerMajorityOptions
 
 
+@dataclass(frozen=True)
+class RLCCFOptions(CoRLOptions):
+    supervision: str = "collective"
+    """collective (RLCCF's rule) | peer-majority | ring (then it is that Co-RL variant)"""
+
+
+@METHODS.register("rlccf")
+class RLCCF(CoRL):
+    """RLCCF (unofficial): every agent rewarded by the collective vote, each model's vote weighted by its
+    self-consistency."""
+
+    name = "rlccf"
+    label = "RLCCF"
+    official = False
+    cohort_labels = {}
+    table_order = 76  # not in the Co-RL paper's table: after its rows (beside the Co-RL controls)
+    min_agents = 2
+    extra_cost = "none (agents exchange answers only)"
+    reference = ("RLCCF, arXiv 2508.12338 (no public code; from the abstract: collective vote weighted by each "
+                 "model's self-consistency)")
+    Options = RLCCFOptions
+
+
 FROZEN = "frozen-peer"
 
 
@@ -144,4 +222,4 @@ class CoRLFrozenPeer(CoRL):
         if frozen is None:
             raise RuntimeError("corl-frozen-peer needs its frozen copies' rollouts; the trainer generates them for "
                                "auxiliary models that generate")
-        return self.rewards_from(batch, self.votes(frozen))
+        return self.rewards_from(batch, frozen)

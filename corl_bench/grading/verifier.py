@@ -46,7 +46,7 @@ NO_ANSWER = None
 
 __all__ = [
     "NO_ANSWER", "Vote", "extract_answer", "extract_normalized", "grade", "is_correct", "is_equivalent",
-    "normalize_answer", "percent_equivalent", "plurality_vote",
+    "normalize_answer", "percent_equivalent", "plurality_vote", "harmonic_vote", "vote_margin",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -439,6 +439,40 @@ def plurality_vote(answers: Sequence[Optional[str]], threshold: float = 0.0) -> 
     if count / n_valid < threshold:
         return Vote(label=None, count=0, n_valid=n_valid, n_total=n_total)
     return Vote(label=label, count=count, n_valid=n_valid, n_total=n_total)
+
+
+def vote_margin(answers: Sequence[Optional[str]]) -> float:
+    """The top answer's share minus the second answer's, both over **all** answers (``None`` included in the
+    denominator, as SCRL's ``determine_pseudo_labels`` counts them); answers grouped by exact string as
+    :func:`plurality_vote`. A single distinct answer has margin = its share; no answer, 0.0.
+
+    SCRL's selective positive (arXiv 2603.19880) labels a prompt only when the top share is >= 0.5 and this margin
+    is > 0.15: "no label when no answer has a clear majority"."""
+    if not answers:
+        return 0.0
+    counts = [c for _, c in Counter(a for a in answers if a is not None).most_common(2)]
+    if not counts:
+        return 0.0
+    return (counts[0] - (counts[1] if len(counts) > 1 else 0)) / len(answers)
+
+
+def harmonic_vote(anchor: Sequence[Optional[str]], explorer: Sequence[Optional[str]]) -> Optional[str]:
+    """Dual consensus (DCRL, arXiv 2603.16223; v0yager33/DualConsensus ``dcrl_utils.py::_harmonic_vote``): the
+    answer with the largest harmonic mean ``2 p0 p1 / (p0 + p1)`` of its shares in the two pools, each share over
+    **all** of its pool's answers (``None`` in the denominator); only answers present in both pools compete. None
+    when no answer is in both (the caller's fallback: DCRL takes the anchor pool's plurality). Ties go to the answer
+    the anchor pool names first in :func:`plurality_vote` order (the release breaks them by set order)."""
+    if not anchor or not explorer:
+        return None
+    c0, c1 = Counter(a for a in anchor if a is not None), Counter(a for a in explorer if a is not None)
+    best, best_hm = None, 0.0
+    for a, n0 in c0.most_common():
+        if c1[a]:
+            p0, p1 = n0 / len(anchor), c1[a] / len(explorer)
+            hm = 2 * p0 * p1 / (p0 + p1)
+            if hm > best_hm:
+                best, best_hm = a, hm
+    return best
 
 
 def grade(completion: str, gold: str) -> tuple[Optional[str], bool]:

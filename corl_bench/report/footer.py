@@ -238,6 +238,10 @@ def footer(metrics: Sequence[str], benchmarks: Sequence[str], blocks: Sequence[B
     lines += _checkpoint_lines(runs, warnings)
     seeds = sorted({s for b in blocks for row in b.rows for s in row.seeds})
     lines.append(f"Seeds: {', '.join(map(str, seeds))}.")
+    unofficial = method_views.unofficial_labels({row.method for b in blocks for row in b.rows})
+    if unofficial:
+        lines.append(f"† unofficial: {', '.join(unofficial)} implemented from the paper (no public code); "
+                     "`corl-bench ls methods` names the source.")
     sources = []
     for b in blocks:
         if b.base_sources:

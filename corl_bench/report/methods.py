@@ -127,6 +127,13 @@ def unranked_labels() -> tuple[list[str], list[str]]:
     return ([v.label for v in views if v.kind == "uses-labels"], [v.label for v in views if v.kind == "control"])
 
 
+def unofficial_labels(methods: "set[str] | list[str]") -> list[str]:
+    """Labels of those ``methods`` (run.json names) implemented from a paper without public code
+    (``Method.official = False``), in row order: the table's footnote names them."""
+    return [v.label for v in registered() if v.name in methods and v.cls is not None
+            and not getattr(v.cls, "official", True)]
+
+
 def unknown_warning(view: MethodView, run_ids: "Optional[list[str]]" = None) -> str:
     """One line about rows of a method that cannot be described here."""
     where = f" (runs {', '.join(run_ids[:3])}{' and more' if len(run_ids) > 3 else ''})" if run_ids else ""

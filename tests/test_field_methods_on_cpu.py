@@ -1,0 +1,172 @@
+"""The field's 2026 label rules on hand-worked rollouts (issue 42): RLCCF's collective vote, SCRL's selective
+positives and entropy-gated negatives, its margin gate on TTRL and Co-RL, DCRL's harmonic (dual-consensus) vote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from corl_bench.config import ConfigError
+from corl_bench.method import RewardInput, SequenceStats, harmonic_vote, vote_margin
+from corl_bench.registries import METHODS
+from tests.test_methods_on_cpu import agents, batch, make, ro
+
+
+# ------------------------------------------------------------------------------------------------ the vote helpers
+@pytest.mark.parametrize("answers, margin", [
+    (["1", "1", "2", None], 0.25),  # shares over all four, None included: 0.5 - 0.25
+    (["1", "1", "2", "2"], 0.0),  # a tie at the top
+    (["3", "3", "3"], 1.0),  # one distinct answer: its share
+    (["3", None, None, None], 0.25),
+    ([None, None], 0.0), ([], 0.0),
+])
+def test_vote_margin_is_top_share_minus_second_over_all_answers(answers, margin):
+    assert vote_margin(answers) == pytest.approx(margin)
+
+
+def test_harmonic_vote_needs_an_answer_in_both_pools_and_takes_the_best_harmonic_mean():
+    # anchor shares: 5 -> 3/4, 6 -> 1/4; explorer: 6 -> 2/4, 5 -> 1/4 (None counts in the denominator)
+    # hm(5) = 2*.75*.25/(1.0) = 0.375; hm(6) = 2*.25*.5/.75 = 0.3333
+    assert harmonic_vote(["5", "5", "5", "6"], ["6", "6", "5", None]) == "5"
+    # explorer: 6 -> 3/4, 5 -> 1/4: hm(6) = 2*.25*.75/1 = 0.375 > hm(5) = 2*.75*.25/1 = 0.375 tie -> anchor's first
+    assert harmonic_vote(["5", "5", "5", "6"], ["6", "6", "6", "5"]) == "5"
+    assert harmonic_vote(["5", "5", "6", "6"], ["6", "6", "6", "5"]) == "6"  # hm(6)=.6 > hm(5)=.333
+    assert harmonic_vote(["1", "1"], ["2", None]) is None  # nothing in both pools: the caller falls back
+    assert harmonic_vote([None], ["1"]) is None and harmonic_vote([], ["1"]) is None
+
+
+# ------------------------------------------------------------------------------------------------ RLCCF
+THREE = {"a0": [["2", "2", "2", "2"]],  # vote 2, self-consistency 1.0
+         "a1": [["4", "4", "6", None]],  # vote 4, 0.5
+         "a2": [["4", "9", "8", "7"]]}  # vote 4 (first of a four-way tie), 0.25
+
+
+def test_rlccf_weights_every_agents_vote_by_its_self_consistency_self_included():
+    out = make("rlccf", 3).rewards(batch(THREE, k=4))
+    # collective weights: 2 -> 1.0 (a0), 4 -> 0.5 + 0.25 = 0.75: every agent is labelled 2
+    assert {a: r.pseudo_labels for a, r in out.items()} == {"a0": ["2"], "a1": ["2"], "a2": ["2"]}
+    assert out["a0"].rewards == [[1.0] * 4] and out["a1"].rewards == [[0.0] * 4]
+    assert make("rlccf", 3).teachers() == {a: ["a0", "a1", "a2"] for a in ("a0", "a1", "a2")}
+
+
+def test_rlccf_uniform_weights_is_the_collective_plurality():
+    out = make("rlccf", 3, vote_weight="uniform").rewards(batch(THREE, k=4))
+    assert out["a0"].pseudo_labels == ["4"] and out["a0"].rewards == [[0.0] * 4]  # two votes for 4, one for 2
+    assert out["a1"].rewards == [[1.0, 1.0, 0.0, 0.0]]
+
+
+def test_rlccf_is_one_option_away_from_corl_peer_majority():
+    b = batch(THREE, k=4)
+    peer = make("corl-peer-majority", 3).rewards(b)
+    # strict majority of the *other* agents' votes, unweighted: a0's peers both say 4; a1's and a2's peers split
+    assert [peer[a].pseudo_labels[0] for a in ("a0", "a1", "a2")] == ["4", None, None]
+    collective = make("corl-peer-majority", 3, supervision="collective").rewards(b)
+    rlccf = make("rlccf", 3).rewards(b)
+    assert {a: (r.rewards, r.pseudo_labels) for a, r in collective.items()} == \
+        {a: (r.rewards, r.pseudo_labels) for a, r in rlccf.items()}
+
+
+def test_rlccf_ties_go_to_the_earliest_agent_and_no_votes_leave_the_prompt_unlabeled():
+    m = make("rlccf", 2)
+    out = m.rewards(batch({"a0": [["1", "1", "3", "4"], [None, None]], "a1": [["7", "7", "5", "6"], [None, None]]},
+                          k=2))
+    assert out["a1"].pseudo_labels == ["1", None]  # 0.5 vs 0.5: a0 votes first
+    assert out["a1"].rewards == [[0.0, 0.0], [0.0, 0.0]] and out["a0"].rewards[0] == [1.0, 1.0]
+
+
+def test_rlccf_is_marked_unofficial_in_listings_and_tables():
+    cls = METHODS.get("rlccf")
+    assert cls.official is False and cls.row_label("cross-family") == "RLCCF†"
+    assert METHODS.get("scrl").official and METHODS.get("scrl").row_label("single") == "SCRL"
+    listing = subprocess.run([sys.executable, "-m", "corl_bench", "ls", "methods"], capture_output=True, text=True,
+                             check=True).stdout
+    assert any(line.startswith("rlccf") and "\tunofficial\t" in line for line in listing.splitlines()), listing
+    from corl_bench.report.methods import unofficial_labels
+    assert unofficial_labels({"rlccf", "corl", "ttrl"}) == ["RLCCF"]
+
+
+# ------------------------------------------------------------------------------------------------ the margin gate
+def test_ttrl_margin_gate_leaves_prompts_without_a_clear_majority_unlabeled():
+    b = batch({"a0": [["1", "1", "2", None], ["1", "1", "1", "2", "2"][:4], ["1", "1", "1", "2", "2"]]}, k=4)
+    plain = make("ttrl", 1).rewards(b)["a0"]
+    assert plain.pseudo_labels == ["1", "1", "1"]
+    gated = make("ttrl", 1, margin=0.15).rewards(b)["a0"]
+    # margins: .5-.25 = .25 > .15 labelled; 3/4-1/4 = .5 labelled; 3/5-2/5 = .2 > .15 labelled
+    assert gated.pseudo_labels == ["1", "1", "1"]
+    strict = make("ttrl", 1, margin=0.2).rewards(b)["a0"]  # the gate is strict: a margin of exactly .2 fails
+    assert strict.pseudo_labels == ["1", "1", None] and strict.rewards[2] == [0.0] * 4
+    tie = make("ttrl", 1, margin=0.0).rewards(batch({"a0": [["1", "2"]]}, k=2))["a0"]
+    assert tie.pseudo_labels == [None]
+    with pytest.raises(ConfigError, match="margin must be in"):
+        METHODS.get("ttrl").parse_options({"margin": 1.5})
+
+
+def test_corl_margin_gate_applies_to_the_peers_vote():
+    b = batch({"a0": [["3", "3", "3", "3"]], "a1": [["5", "5", "6", "6"]]}, k=4)
+    out = make("corl", 2, margin=0.15).rewards(b)
+    assert out["a0"].pseudo_labels == [None] and out["a0"].rewards == [[0.0] * 4]  # a1's vote is a tie
+    assert out["a1"].pseudo_labels == ["3"]  # a0's vote is clear
+    assert make("corl", 2).rewards(b)["a0"].pseudo_labels == ["5"]  # no gate: the tie goes to the first seen
+
+
+# ------------------------------------------------------------------------------------------------ dual consensus
+def test_corl_dual_consensus_labels_what_both_peers_support_else_the_peers_vote():
+    b = batch({"a0": [["5", "5", "6", "6"], ["1", "1", "1", "1"]],
+               "a1": [["6", "6", "6", "5"], ["2", "2", "2", "2"]]}, k=4)
+    ring = make("corl", 2).rewards(b)
+    dual = make("corl", 2, supervision="dual-consensus").rewards(b)
+    # prompt 0: a0 learns from anchor a1 (6: 3/4, 5: 1/4) and its own pool (5: 1/2, 6: 1/2): hm(6)=.6 > hm(5)=.333
+    # a1 learns from anchor a0 (5 first) and its own pool: the same 6; prompt 1: nothing in both -> the peer's vote
+    assert ring["a1"].pseudo_labels == ["5", "1"]
+    assert dual["a1"].pseudo_labels == ["6", "1"] and dual["a0"].pseudo_labels == ["6", "2"]
+    assert dual["a1"].rewards == [[1.0, 1.0, 1.0, 0.0], [0.0] * 4]
+
+
+# ------------------------------------------------------------------------------------------------ SCRL
+def scrl_batch(answers: list[list[str | None]], entropy: list[list[float]]) -> RewardInput:
+    k = len(answers[0])
+    return RewardInput(step=0, problem_ids=[f"p{i}" for i in range(len(answers))], rollouts={"a0": ro("a0", answers)},
+                       samples_per_prompt=k,
+                       stats={"a0": SequenceStats(entropy=entropy, self_certainty=[[0.0] * k for _ in answers])})
+
+
+def test_scrl_binary_positive_negatives_and_no_answer():
+    # 8 rollouts: 7 x5 (share .625), 3 x1 (.125, entropy 2.0), 4 x1 (.125, entropy 0.1), one without an answer
+    answers = [["7", "7", "7", "7", "7", "3", "4", None]]
+    entropy = [[0.5, 0.5, 0.5, 0.5, 0.5, 2.0, 0.1, 1.0]]  # prompt mean 0.7
+    out = make("scrl", 1).rewards(scrl_batch(answers, entropy))["a0"]
+    # positive 7 (.625 >= .5, margin .5 > .15); 3 rare and uncertain (2.0 >= .7) -> negative; 4 rare but confident
+    assert out.pseudo_labels == ["7"]
+    assert out.rewards == [[1.0] * 5 + [-1.0, 0.0, -1.0]]
+    assert out.metrics["negative_fraction"] == pytest.approx(1 / 8) and out.metrics["labeled_fraction"] == 1.0
+
+
+def test_scrl_no_clear_majority_keeps_the_negatives_only():
+    answers = [["7", "7", "7", "8", "8", "8", "9", "1"]]  # 7 and 8 at .375: below tau_pos and a tie
+    entropy = [[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 0.0]]  # mean 1.125: 9 (3.0) is a negative, 1 (0.0) is not
+    out = make("scrl", 1).rewards(scrl_batch(answers, entropy))["a0"]
+    assert out.pseudo_labels == [None] and out.rewards == [[0.0] * 6 + [-1.0, 0.0]]
+    # the paper's run script thresholds: tau_pos .375 but the margin (0) still fails
+    assert make("scrl", 1, tau_pos=0.375, tau_marg=0.125).rewards(scrl_batch(answers, entropy))["a0"].pseudo_labels \
+        == [None]
+
+
+def test_scrl_continuous_rewards_follow_share_and_class_entropy():
+    answers = [["7", "7", "7", "3"]]
+    entropy = [[1.0, 1.0, 1.0, 3.0]]  # Hbar 1.5; Hc(7) = 1.0, Hc(3) = 3.0; shares .75 / .25
+    m = make("scrl", 1, reward_mode="continuous", tau_low=0.3, lambda_h=0.1)
+    out = m.rewards(scrl_batch(answers, entropy))["a0"]
+    pos = 1.0 * 0.75 - 0.1 * (1.0 - 1.5)  # 0.8
+    neg = -1.0 * (0.3 - 0.25) - 0.1 * (3.0 - 1.5)  # -0.2
+    assert out.rewards == [[pytest.approx(pos)] * 3 + [pytest.approx(neg)]]
+    with pytest.raises(ConfigError, match="reward_mode must be one of"):
+        METHODS.get("scrl").parse_options({"reward_mode": "soft"})
+
+
+def test_scrl_needs_the_trainers_entropies():
+    with pytest.raises(RuntimeError, match="entropies"):
+        make("scrl", 1).rewards(batch({"a0": [["1"]]}, k=1))
+    assert METHODS.get("scrl")(METHODS.get("scrl").parse_options({}), agents(2)).teachers() == {"a0": ["a0"],
+                                                                                               "a1": ["a1"]}
