@@ -42,9 +42,9 @@ from corl_bench.rollout.base import Completion
 from corl_bench.rollout.request import Request, prompt_text
 
 __all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError",
-           "Debate", "DebateOptions", "ExtraSample", "Generate", "Method", "NoOptions", "Request", "RewardInput",
-           "SequenceStats", "Turn", "UNOFFICIAL", "Vote", "debate_prompt", "harmonic_vote", "has_boxed",
-           "is_equivalent", "plurality_vote", "prompt_text", "run_debate", "turn_advantages", "vote_margin",
+           "Debate", "DebateOptions", "ExtraSample", "Generate", "Likelihood", "Method", "NoOptions", "Request",
+           "RewardInput", "SequenceStats", "Turn", "UNOFFICIAL", "Vote", "debate_prompt", "harmonic_vote",
+           "has_boxed", "is_equivalent", "plurality_vote", "prompt_text", "run_debate", "turn_advantages", "vote_margin",
            "whitened_advantages"]
 
 
@@ -100,6 +100,7 @@ class RewardInput:
     generate: "Generate | None" = None  # extra generations through the rollout engine (interactive methods)
     extract: Callable[[str], str | None] | None = None  # the run's answer extractor (rollout.extractor), for the
     #                                                   answers of extra generations (a debate's later turns)
+    likelihood: "Likelihood | None" = None  # a peer's scoring forward: how likely each agent finds given replies
 
     @property
     def teacher_rollouts(self) -> dict[str, AgentRollouts] | None:
@@ -112,6 +113,15 @@ Generate = Callable[..., list[Any]]
 ``agent``'s current policy (prompts: text or :class:`Request`), through the same rollout engine and sampling
 settings as the main rollouts, with a seed
 derived from (run seed, agent, step, role) — so extra generations are reproducible and never reuse the rollout seed.
+"""
+
+
+Likelihood = Callable[[Mapping[str, Sequence[Any]], Mapping[str, Sequence[str]]], dict[str, list[float]]]
+"""``likelihood(requests, texts) -> {agent: [S floats]}``: each agent named in ``requests`` scores
+``texts[agent][s]`` as its reply to ``requests[agent][s]`` (use its own requests, ``RewardInput.prompts[agent]``,
+so the reply is read in its chat template): the mean log-probability of the text's tokens under its current policy
+at temperature 1, the text re-encoded by its own tokenizer (agents of different families score each other's
+replies). One forward pass per agent without grad, all agents at once under Ray; nothing joins the update.
 """
 
 

@@ -136,6 +136,13 @@ def test_every_registered_method_trains_end_to_end_and_appears_in_the_table(e2e_
     assert all(r["reward/mean"] is not None and r["policy/entropy"] is not None for r in rows)
     table_rows, warnings = collect(out)
     assert not warnings and {r.method for r in table_rows} == {method}
+    if not METHODS.get(method).official:  # an unofficial method's rows carry the mark, and the footer says why
+        from corl_bench.report.layout import build
+
+        table = build(out)
+        assert all(row.label.startswith(METHODS.get(method).label + "†") for b in table.blocks for row in b.rows
+                   if row.method == method)
+        assert any(line.startswith("† unofficial: ") for line in table.footer), table.footer
 
 
 def test_corl_bench_eval_scores_a_runs_agents_on_a_data_benchmark_and_the_table_shows_it(e2e_run, tmp_path):

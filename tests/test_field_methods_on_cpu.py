@@ -3,6 +3,7 @@ positives and entropy-gated negatives, its margin gate on TTRL and Co-RL, DCRL's
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -170,3 +171,82 @@ def test_scrl_needs_the_trainers_entropies():
         make("scrl", 1).rewards(batch({"a0": [["1"]]}, k=1))
     assert METHODS.get("scrl")(METHODS.get("scrl").parse_options({}), agents(2)).teachers() == {"a0": ["a0"],
                                                                                                "a1": ["a1"]}
+
+
+# ------------------------------------------------------------------------------------------------ peer likelihood
+class Scorer:
+    """Test double of RewardInput.likelihood: a peer's score of a text is minus its length (the real scoring forward
+    is tested on real models below); records what each peer was asked."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, tuple[list, list[str]]] = {}
+
+    def __call__(self, requests, texts):
+        self.asked = {a: (list(requests[a]), list(texts[a])) for a in requests}
+        return {a: [-float(len(t)) for t in texts[a]] for a in requests}
+
+
+def likelihood_batch(completions: dict[str, list[list[str]]], scorer: Scorer, k: int) -> RewardInput:
+    n = len(next(iter(completions.values())))
+    rollouts = {a: dataclasses.replace(ro(a, [[None] * len(c) for c in comps]), completions=comps)
+                for a, comps in completions.items()}
+    prompts = {a: [f"{a}-asks-p{i}" for i in range(n)] for a in completions}
+    return RewardInput(step=0, problem_ids=[f"p{i}" for i in range(n)], rollouts=rollouts, samples_per_prompt=k,
+                       prompts=prompts, likelihood=scorer)
+
+
+def test_peer_likelihood_rewards_my_completions_by_the_peers_score_in_the_peers_own_prompt():
+    scorer = Scorer()
+    b = likelihood_batch({"a0": [["aa", "aaaa", "x"]], "a1": [["bbb", "b", "zz"]]}, scorer, k=2)
+    out = make("peer-likelihood", 2).rewards(b)
+    assert out["a0"].rewards == [[-2.0, -4.0]] and out["a1"].rewards == [[-3.0, -1.0]]  # first K only
+    assert out["a0"].pseudo_labels is None and out["a0"].metrics["peer_loglik"] == -3.0
+    # a1 scored a0's completions, each in a1's own request for the problem (and a0 scored a1's)
+    assert scorer.asked["a1"] == (["a1-asks-p0", "a1-asks-p0"], ["aa", "aaaa"])
+    assert scorer.asked["a0"] == (["a0-asks-p0", "a0-asks-p0"], ["bbb", "b"])
+
+
+def test_peer_likelihood_ring_and_all_peers_on_three_agents():
+    comps = {"a0": [["a"]], "a1": [["bb"]], "a2": [["cccc"]]}
+    ring = make("peer-likelihood", 3).rewards(likelihood_batch(comps, Scorer(), k=1))
+    assert make("peer-likelihood", 3).teachers() == {"a0": ["a2"], "a1": ["a0"], "a2": ["a1"]}
+    assert [ring[a].rewards[0][0] for a in ("a0", "a1", "a2")] == [-1.0, -2.0, -4.0]
+    scorer = Scorer()
+    everyone = make("peer-likelihood", 3, peers="all").rewards(likelihood_batch(comps, scorer, k=1))
+    assert everyone["a0"].rewards == [[-1.0]]  # the mean of its two peers' scores (the double scores by length)
+    assert scorer.asked["a0"][1] == ["bb", "cccc"]  # a0 scores a1's and a2's completions in one call
+    with pytest.raises(ConfigError, match="peers must be one of"):
+        METHODS.get("peer-likelihood").parse_options({"peers": "best"})
+    with pytest.raises(RuntimeError, match="scoring forward"):
+        make("peer-likelihood", 2).rewards(batch({"a0": [["1"]], "a1": [["1"]]}, k=1))
+
+
+def test_an_agents_likelihood_is_its_models_mean_log_prob_of_the_reply_in_its_own_tokenizer(tiny_qwen):
+    """The real scoring forward (Agent.likelihood) against a direct transformers computation, on two agents of
+    different families: each re-encodes the other's text with its own tokenizer."""
+    import torch
+
+    from corl_bench.config import AgentSpec, GRPOConfig
+    from corl_bench.train.agent import Agent
+    from corl_bench.micro.families import build_model, build_tokenizer
+    from tests.conftest import tiny_family
+
+    prompt, reply = "Q: 2 + 3 =", " 5 so the answer is \\boxed{5}"
+    chars = build_tokenizer("char", [prompt + reply])  # another family's tokenizer: one token per character
+    torch.manual_seed(1)
+    pairs = {"qwen": tiny_qwen, "neox-char": (build_model(tiny_family("neox-bpe"), chars).eval(), chars)}
+    for fam, (model, tok) in pairs.items():
+        agent = Agent(AgentSpec(name=fam, family="qwen2-bpe"), model, tok, GRPOConfig(), temperature=0.7)
+        got = agent.likelihood([prompt, prompt], [reply, ""])
+        p_ids = tok(prompt)["input_ids"]
+        r_ids = tok(reply, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p_ids + r_ids])).logits[0].float()
+        logp = torch.log_softmax(logits[len(p_ids) - 1: -1], -1).gather(-1, torch.tensor(r_ids)[:, None])
+        assert got[0] == pytest.approx(float(logp.mean()), abs=1e-5), fam  # temperature 1, not the rollout's 0.7
+        with torch.no_grad():
+            eos = torch.log_softmax(model(input_ids=torch.tensor([p_ids + [tok.eos_token_id]])).logits[0, -2].float(),
+                                    -1)[tok.eos_token_id]
+        assert got[1] == pytest.approx(float(eos), abs=1e-5)  # an empty reply: the model's end-of-sequence alone
+    assert len(tiny_qwen[1](reply, add_special_tokens=False)["input_ids"]) < len(chars(reply, add_special_tokens=False)[
+        "input_ids"]) == len(reply)  # two tokenizers

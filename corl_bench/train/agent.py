@@ -418,6 +418,13 @@ class Agent:
         self._pending = fwd if self._pending is None else concat_forwards(self._pending, fwd)
         return SampleStats(entropy=fwd.entropy.tolist(), self_certainty=fwd.self_certainty.tolist())
 
+    def likelihood(self, requests: Sequence[Prompt], texts: Sequence[str]) -> list[float]:
+        """Mean log-probability (temperature 1) of each text as the reply to its request, under the policy
+        (:func:`corl_bench.train.likelihood.text_likelihood`; nothing is kept for the update)."""
+        from corl_bench.train.likelihood import text_likelihood
+
+        return text_likelihood(self, requests, texts)
+
     def _behaviour(self, completions: Sequence[Completion], mask: torch.Tensor) -> torch.Tensor | None:
         """(N, T) the engine's log-probs of each completion's tokens, placed where ``mask`` marks them (None when the
         engine gave none: then ``grpo.behaviour_is_cap`` is refused, and the update reports no log-prob gap)."""

@@ -108,6 +108,12 @@ class AgentHandle(Protocol):
         same update (a method's extra samples)."""
         ...
 
+    def likelihood(self, requests: Sequence[Prompt], texts: Sequence[str]) -> list[float]:
+        """The policy's mean log-probability (temperature 1, no grad) of each ``texts[s]`` as the reply to
+        ``requests[s]``, the text tokenized by this agent's own tokenizer (so it scores another model's completion
+        whatever that model's tokenizer): S floats. Nothing is kept for :meth:`update` (a peer's scoring forward)."""
+        ...
+
     def update(self, advantages: Sequence[float], max_len: int | None = None) -> UpdateStats:
         """One GRPO optimiser step on everything scored since the last update: one advantage per scored sample
         (S floats, in scoring order); ``max_len`` is the generation limit (Dr. GRPO's constant denominator).
@@ -250,6 +256,12 @@ class AgentGroup:
         """The training forward pass of the agents ``samples`` names (an agent with nothing to score is left out):
         agent -> per-sample statistics of its S samples."""
         return self._each(lambda a: a.score(samples[a.name]), samples)
+
+    def likelihood(self, requests: Mapping[str, Sequence[Prompt]], texts: Mapping[str, Sequence[str]]
+                   ) -> dict[str, list[float]]:
+        """Each agent ``requests`` names scores ``texts[agent]`` as replies to its requests (mean log-probability
+        of each text under its policy): agent -> S floats."""
+        return self._each(lambda a: a.likelihood(requests[a.name], texts[a.name]), requests)
 
     def update(self, advantages: Mapping[str, Sequence[float]], max_len: int | None = None
                ) -> dict[str, UpdateStats]:

@@ -174,7 +174,8 @@ class Trainer:
         batch = RewardInput(step=step, problem_ids=[p.id for p in s.problems], rollouts=s.rollouts,
                             samples_per_prompt=k, labels=s.truth if self.method.uses_labels else None,
                             stats=s.stats, auxiliary_rollouts=s.aux_rollouts or None, prompts=s.requests,
-                            generate=self._generator(step), extract=EXTRACTORS.get(cfg.rollout.extractor))
+                            generate=self._generator(step), extract=EXTRACTORS.get(cfg.rollout.extractor),
+                            likelihood=self.group.likelihood)
         rewards = self.method.rewards(batch)
         votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in s.rollouts.items()}
         timer["reward"] = time.perf_counter() - t0
