@@ -41,11 +41,11 @@ from corl_bench.registries import METHODS
 from corl_bench.rollout.base import Completion
 from corl_bench.rollout.request import Request, prompt_text
 
-__all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError",
-           "Debate", "DebateOptions", "ExtraSample", "Generate", "Likelihood", "Method", "NoOptions", "Request",
-           "RewardInput", "SequenceStats", "Turn", "UNOFFICIAL", "Vote", "debate_prompt", "harmonic_vote",
-           "has_boxed", "is_equivalent", "plurality_vote", "prompt_text", "run_debate", "turn_advantages", "vote_margin",
-           "whitened_advantages"]
+__all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion",
+           "ConfigError", "Debate", "DebateOptions", "ExtraSample", "FollowUp", "Generate", "Likelihood", "Method",
+           "NoOptions", "Request", "RewardInput", "SequenceStats", "Turn", "UNOFFICIAL", "Vote", "debate_prompt",
+           "harmonic_vote", "has_boxed", "is_equivalent", "plurality_vote", "prompt_text", "run_debate",
+           "turn_advantages", "vote_margin", "whitened_advantages"]
 
 
 def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
@@ -101,6 +101,7 @@ class RewardInput:
     extract: Callable[[str], str | None] | None = None  # the run's answer extractor (rollout.extractor), for the
     #                                                   answers of extra generations (a debate's later turns)
     likelihood: "Likelihood | None" = None  # a peer's scoring forward: how likely each agent finds given replies
+    follow_up: "FollowUp | None" = None  # a conversation continued in an agent's own template (a verifier turn)
 
     @property
     def teacher_rollouts(self) -> dict[str, AgentRollouts] | None:
@@ -122,6 +123,14 @@ Likelihood = Callable[[Mapping[str, Sequence[Any]], Mapping[str, Sequence[str]]]
 so the reply is read in its chat template): the mean log-probability of the text's tokens under its current policy
 at temperature 1, the text re-encoded by its own tokenizer (agents of different families score each other's
 replies). One forward pass per agent without grad, all agents at once under Ray; nothing joins the update.
+"""
+
+
+FollowUp = Callable[[str, Any, str, str], Any]
+"""``follow_up(agent, request, reply, user) -> Request``: the request that continues ``agent``'s conversation —
+``request`` as it was asked (e.g. ``RewardInput.prompts[agent][p]``), its ``reply``, then the user turn ``user`` —
+rendered by the run's profile in the agent's chat template (plain text where it has none), ending where the
+agent's next reply starts. Multi-turn methods (CoVerRL's verifier turn) build their later turns with it.
 """
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Protocol, Sequence
 
-from corl_bench.rollout.request import Request
+from corl_bench.rollout.request import Request, prompt_text
 
 ProgressFn = Callable[[str, int, int], None]
 """``progress(model, done, total)`` while a profile prepares (builds, downloads) a model."""
@@ -166,6 +166,14 @@ class Profile:
     def stop_strings(self, prompt: str) -> tuple[str, ...]:
         """Where generation stops for an agent asked in prompt format ``prompt``. Default: nowhere special."""
         return ()
+
+    def follow_up(self, request: Request, reply: str, user: str, model: str | None = None, prompt: str = ""
+                  ) -> Request:
+        """The request that continues a conversation (a verifier turn): ``request`` as the agent was asked (its
+        rendered first turn), the agent's ``reply``, then the user turn ``user``, ending where the next reply
+        starts; ``model`` and ``prompt`` as in :meth:`render`. Default (no chat template): plain text,
+        ``request + reply + "\n\n" + user + "\n"``; the request's images are kept."""
+        return Request(text=f"{prompt_text(request)}{reply}\n\n{user}\n", images=getattr(request, "images", ()))
 
     def rephraser(self) -> Any:
         """The rephrased view's source when it needs loading (hf: a model that rephrases), else None (default)."""

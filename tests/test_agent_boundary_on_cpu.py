@@ -64,7 +64,7 @@ class Profile(BaseProfile):
 
 CELLS = {"gt-reward": 1, "ttrl": 1, "rent": 1, "intuitor": 1, "co-rewarding-ii": 1, "random-reward": 1, "corl": 2,
          "corl-peer-majority": 3, "comas": 2, "corl-frozen-peer": 2, "maporl": 2, "maca": 2, "rlccf": 2, "scrl": 1,
-         "peer-likelihood": 2}
+         "peer-likelihood": 2, "coverrl": 1}
 OPTIONS = {"comas": "{score_parser: fork, score_max_tokens: 4}"}
 
 

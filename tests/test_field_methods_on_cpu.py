@@ -250,3 +250,119 @@ def test_an_agents_likelihood_is_its_models_mean_log_prob_of_the_reply_in_its_ow
         assert got[1] == pytest.approx(float(eos), abs=1e-5)  # an empty reply: the model's end-of-sequence alone
     assert len(tiny_qwen[1](reply, add_special_tokens=False)["input_ids"]) < len(chars(reply, add_special_tokens=False)[
         "input_ids"]) == len(reply)  # two tokenizers
+
+
+# ------------------------------------------------------------------------------------------------ CoVerRL
+class Engine:
+    """Test double of RewardInput.generate and .follow_up: scripted replies by role, requests as plain text."""
+
+    def __init__(self, verify: list[str], regenerate: list[str]) -> None:
+        self.replies = {"verify": list(verify), "regenerate": list(regenerate)}
+        self.asked: dict[str, list[str]] = {"verify": [], "regenerate": []}
+
+    def generate(self, agent, prompts, role, max_new_tokens=None):
+        from corl_bench.rollout.base import Completion
+
+        self.asked[role] += [str(p) for p in prompts]
+        return [Completion(token_ids=(1, 2), logprobs=(), text=self.replies[role].pop(0), finished=True)
+                for _ in prompts]
+
+    @staticmethod
+    def follow_up(agent, request, reply, user):
+        return f"{request}|{reply}|{user[:5]}"
+
+
+def coverrl_batch(answers, engine: Engine) -> RewardInput:
+    from corl_bench.grading.verifier import extract_normalized
+
+    k = len(answers[0])
+    rollouts = {"a0": dataclasses.replace(ro("a0", answers), completions=[[f"r{p}{j}" for j in range(k)]
+                                                                          for p in range(len(answers))])}
+    return RewardInput(step=0, problem_ids=[f"p{i}" for i in range(len(answers))], rollouts=rollouts,
+                       samples_per_prompt=k, prompts={"a0": [f"Q{p}" for p in range(len(answers))]},
+                       generate=engine.generate, follow_up=engine.follow_up, extract=extract_normalized)
+
+
+def test_coverrl_verifies_the_label_and_the_rarest_answer_and_trains_both_roles():
+    # prompt 0: 7 x3, 4, None -> y = 7; v = min(2, 2) = 2: rollouts 0 and 1 checked, the rarest other answer (4,
+    # rollout 3; a rollout without an answer sorts after it) checked twice. prompt 1: unanimous -> not verified.
+    engine = Engine(verify=["ok. The answer is correct.", "hmm The answer is correct.", "The answer is wrong.",
+                            "I see a mistake"], regenerate=["\\boxed{7}", "\\boxed{5}"])
+    m = make("coverrl", 1, verify_max=2, regenerations=2)
+    out = m.rewards(coverrl_batch([["7", "7", "7", "4", None], ["2", "2", "2", "2", "2"]], engine))["a0"]
+    assert out.pseudo_labels == ["7", "2"]
+    assert out.rewards == [[2.0, 2.0, 2.0, 1.0, 0.0], [2.0] * 5]  # 1 for an answer, +1 for agreeing with y
+    assert engine.asked["verify"] == ["Q0|r00|Check", "Q0|r01|Check", "Q0|r03|Check", "Q0|r03|Check"]
+    # verifier rewards: format + (verdict == target): correct/correct on y's rollouts; wrong (format) and wrong
+    # (fuzzy, no format) on the rare answer's
+    assert [e.reward for e in out.extra[:4]] == [2.0, 2.0, 2.0, 1.0] and out.extra[0].role == "verify"
+    # one well-formatted 'wrong' verdict -> 2 regenerations, rewarded against y = 7
+    assert engine.asked["regenerate"] == ["Q0|r03|Check|The answer is wrong.|You s"] * 2
+    assert [e.reward for e in out.extra[4:]] == [2.0, 1.0]
+    assert out.metrics["verified_fraction"] == 0.5 and out.metrics["dropped_fraction"] == 0.0
+    adv = m.advantages(None, {"a0": out}, {"a0": [1] * (10 + 6)})["a0"].tolist()
+    assert adv[10:12] == [0.0, 0.0]  # the label's two verifications: one group, equal rewards
+    assert adv[12] == pytest.approx(0.7071, abs=1e-3) and adv[13] == pytest.approx(-0.7071, abs=1e-3)
+    assert adv[14] == pytest.approx(0.7071, abs=1e-3) and adv[15] == pytest.approx(-0.7071, abs=1e-3)
+
+
+def test_coverrl_drops_a_prompt_whose_label_its_verifier_rejects():
+    engine = Engine(verify=["The answer is wrong.", "The answer is correct.", "The answer is correct.",
+                            "The answer is correct."], regenerate=[])
+    m = make("coverrl", 1, verify_max=2, regenerations=0)
+    out = m.rewards(coverrl_batch([["7", "7", "3", "3", "3"][:4] + ["9"]], engine))["a0"]
+    # y = 7 (first of the 2-2 tie); its two verifications say wrong once, correct once: wrong >= correct -> dropped
+    assert out.pseudo_labels == [None] and out.rewards == [[0.0] * 5] and out.extra == []
+    assert out.metrics["dropped_fraction"] == 1.0
+    with pytest.raises(ConfigError, match="verify_max must be an even number"):
+        METHODS.get("coverrl").parse_options({"verify_max": 3})
+    with pytest.raises(RuntimeError, match="follow_up"):
+        make("coverrl", 1).rewards(batch({"a0": [["1"]]}, k=1))
+
+
+def test_follow_up_continues_the_conversation_in_the_models_chat_template(tiny_folder):
+    from transformers import AutoTokenizer
+
+    from corl_bench.hf.profile import chat_prompt, follow_up_text
+    from corl_bench.profile import Profile
+    from corl_bench.rollout import Request
+
+    tok = AutoTokenizer.from_pretrained(tiny_folder)
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    first = chat_prompt(tok, "What is 2+2?")
+    assert follow_up_text(tok, first, "4", "Check it.") == (
+        "<|user|>What is 2+2?<|end|><|assistant|>4<|end|><|user|>Check it.<|end|><|assistant|>")
+    tok.chat_template = None
+    assert follow_up_text(tok, "Q", "4", "Check it.") is None
+    plain = Profile.follow_up(Profile(), Request(text="Q: 2+2? A:"), " 4", "Check it.")
+    assert plain == Request(text="Q: 2+2? A: 4\n\nCheck it.\n")
+
+
+@pytest.mark.parametrize("family", ["smol", "gemma3-270m", "qwen2.5-coder-0.5b"])
+def test_follow_up_in_the_real_models_templates(family):
+    """A verifier turn in each real model's own chat template (its tokenizer only; skips where it is not prepared)."""
+    from corl_bench.hf.profile import HFProfile
+    from corl_bench.models.load import model_folder
+
+    profile = HFProfile()
+    try:
+        folder = model_folder(family, profile.cache_root)
+    except ConfigError as e:
+        pytest.skip(str(e))
+    if not (folder / "tokenizer_config.json").is_file():
+        pytest.skip(f"{family} is not dequantised yet (its first run prepares it)")
+    tok = profile.tokenizer(family)
+    first = profile.render(_Problem(), "original", model=family)
+    turn = profile.follow_up(first, "I think 4.", "Check it.", model=family)
+    assert turn.text.startswith(first.text + "I think 4.") and "Check it." in turn.text
+    if tok.chat_template:  # a new user turn, then the template's own generation prompt
+        from corl_bench.hf.profile import chat_prompt
+
+        opening = chat_prompt(tok, "X").rsplit("X", 1)[-1]
+        assert turn.text.endswith("Check it." + opening) and turn.text != first.text + "I think 4.\n\nCheck it.\n"
+
+
+class _Problem:
+    def text(self, view):
+        return "What is 2+2?"

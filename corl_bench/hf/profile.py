@@ -88,6 +88,28 @@ def chat_prompt(tokenizer: Any, text: str, n_images: int = 0) -> str:
     return text
 
 
+def follow_up_text(tokenizer: Any, first: str, reply: str, user: str) -> str | None:
+    """``first`` (a user turn already rendered with its generation prompt), the assistant's ``reply`` and a new user
+    turn ``user``, in the tokenizer's chat template with the next generation prompt; None when the tokenizer has no
+    template. The template's text between a reply and the next user turn, and after that turn, is read off a
+    rendering of a three-turn conversation with sentinel contents (so any template that renders each turn's content
+    verbatim works); None as well when the sentinels do not come back in order (a template that rewrites them)."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        return None
+    a, b, c = "\x00CORL-USER-1\x00", "\x00CORL-REPLY\x00", "\x00CORL-USER-2\x00"
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": a}, {"role": "assistant", "content": b},
+                                              {"role": "user", "content": c}], tokenize=False,
+                                             add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that refuses the conversation: no chat follow-up
+        return None
+    if not (0 <= text.find(a) < text.find(b) < text.find(c)):
+        return None
+    between = text[text.index(b) + len(b): text.index(c)]
+    tail = text[text.index(c) + len(c):]
+    return f"{first}{reply}{between}{user}{tail}"
+
+
 CPU_DEFAULTS: dict[tuple[str, str], Any] = {
     ("eval", "max_problems"): 10, ("eval", "samples"): 0, ("eval", "max_new_tokens"): 256,
     ("rollout", "prompts_per_step"): 8, ("rollout", "samples_per_prompt"): 4, ("rollout", "max_new_tokens"): 128,
@@ -454,6 +476,16 @@ class HFProfile(Profile):
         text = (question if prompt == "bare" else f"{question} {ANSWER_TAG_INSTRUCTION}" if prompt == "r1v"
                 else f"{question}\n {INSTRUCTION}")
         return Request(text=chat_prompt(self.tokenizer(model) if model else None, text, len(images)), images=images)
+
+    def follow_up(self, request: Request, reply: str, user: str, model: str | None = None, prompt: str = ""
+                  ) -> Request:
+        """The conversation continued in ``model``'s chat template (:func:`follow_up_text`); a few-shot or
+        template-less agent continues in plain text (:meth:`corl_bench.profile.Profile.follow_up`)."""
+        if prompt not in FEWSHOT and model:
+            text = follow_up_text(self.tokenizer(model), str(request), reply, user)
+            if text is not None:
+                return Request(text=text, images=request.images)
+        return super().follow_up(request, reply, user, model, prompt)
 
     @staticmethod
     def stop_strings(prompt: str) -> tuple[str, ...]:

@@ -175,7 +175,7 @@ class Trainer:
                             samples_per_prompt=k, labels=s.truth if self.method.uses_labels else None,
                             stats=s.stats, auxiliary_rollouts=s.aux_rollouts or None, prompts=s.requests,
                             generate=self._generator(step), extract=EXTRACTORS.get(cfg.rollout.extractor),
-                            likelihood=self.group.likelihood)
+                            likelihood=self.group.likelihood, follow_up=self._follow_up)
         rewards = self.method.rewards(batch)
         votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in s.rollouts.items()}
         timer["reward"] = time.perf_counter() - t0
@@ -242,6 +242,11 @@ class Trainer:
             raise RuntimeError(f"{type(self.method).__name__} returned extra samples for agent {name} but no "
                                "advantages for them; override Method.advantages")
         return group_advantages(r, scale_std=self.cfg.grpo.scale_std, eps=self.cfg.grpo.adv_eps).reshape(-1)
+
+    def _follow_up(self, agent: str, request: Any, reply: str, user: str) -> Any:
+        """RewardInput.follow_up: ``agent``'s conversation continued by the run's profile in its own template."""
+        spec = next(a.spec for a in self.agents if a.name == agent)
+        return self.profile.follow_up(as_request(request), reply, user, model=spec.family, prompt=spec.prompt)
 
     def _generator(self, step: int) -> Generate:
         """Extra generations for interactive methods: same engine and sampling settings, a seed per (agent, role)."""
