@@ -42,10 +42,10 @@ from corl_bench.rollout.base import Completion
 from corl_bench.rollout.request import Request, prompt_text
 
 __all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion",
-           "ConfigError", "Debate", "DebateOptions", "ExtraSample", "FollowUp", "Generate", "Likelihood", "Method",
-           "NoOptions", "Request", "RewardInput", "SequenceStats", "Turn", "UNOFFICIAL", "Vote", "debate_prompt",
-           "harmonic_vote", "has_boxed", "is_equivalent", "plurality_vote", "prompt_text", "run_debate",
-           "turn_advantages", "vote_margin", "whitened_advantages"]
+           "ConfigError", "Debate", "DebateOptions", "Explore", "ExtraSample", "FollowUp", "Generate", "Likelihood",
+           "Method", "NoOptions", "Request", "RewardInput", "SequenceStats", "Turn", "UNOFFICIAL", "Vote",
+           "debate_prompt", "harmonic_vote", "has_boxed", "is_equivalent", "plurality_vote", "prompt_text",
+           "run_debate", "turn_advantages", "vote_margin", "whitened_advantages"]
 
 
 def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
@@ -61,7 +61,9 @@ class AuxiliaryModel:
     """A model each agent keeps besides its policy, starting as a frozen copy of the initial policy."""
 
     name: str  # e.g. "teacher"; the key of RewardInput.auxiliary_rollouts
-    generates: bool = True  # sample K rollouts per prompt from it every step (its own seed stream)
+    generates: bool = True  # it has a rollout engine (its own seed stream)
+    rollouts: bool = True  # the trainer samples K rollouts per prompt from it every step (False: only the method's
+    #                        own calls use its engine, as RewardInput.explore does)
     kl_reference: bool = False  # it is also the anchor of the k3 KL term (grpo.kl_coef)
     seed_salt: int = 1_000  # added to the agent's seed offset for its rollouts (never the policy's stream)
 
@@ -102,6 +104,7 @@ class RewardInput:
     #                                                   answers of extra generations (a debate's later turns)
     likelihood: "Likelihood | None" = None  # a peer's scoring forward: how likely each agent finds given replies
     follow_up: "FollowUp | None" = None  # a conversation continued in an agent's own template (a verifier turn)
+    explore: "Explore | None" = None  # rollouts of a copy of the policy unlearned one step on given samples (DCRL)
 
     @property
     def teacher_rollouts(self) -> dict[str, AgentRollouts] | None:
@@ -131,6 +134,15 @@ FollowUp = Callable[[str, Any, str, str], Any]
 ``request`` as it was asked (e.g. ``RewardInput.prompts[agent][p]``), its ``reply``, then the user turn ``user`` —
 rendered by the run's profile in the agent's chat template (plain text where it has none), ending where the
 agent's next reply starts. Multi-turn methods (CoVerRL's verifier turn) build their later turns with it.
+"""
+
+
+Explore = Callable[..., dict[str, list[list[Any]]]]
+"""``explore(model, unlearn, requests, n, lr, eps=0.01) -> {agent: [P][n] Completion}``: for each agent named in
+``requests``, its auxiliary model ``model`` (declared ``AuxiliaryModel(model, generates=True, rollouts=False)``) is
+set to the current policy, moved one AdamW step of ``lr[agent]`` away from ``unlearn[agent]`` (``(request,
+completion text)`` pairs, re-encoded by the agent's tokenizer: their tokens become less likely), and samples ``n`` completions of each of ``requests[agent]``
+with the run's sampling settings and a seed of its own (:mod:`corl_bench.train.explore`). The policy is untouched.
 """
 
 

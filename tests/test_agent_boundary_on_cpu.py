@@ -64,7 +64,7 @@ class Profile(BaseProfile):
 
 CELLS = {"gt-reward": 1, "ttrl": 1, "rent": 1, "intuitor": 1, "co-rewarding-ii": 1, "random-reward": 1, "corl": 2,
          "corl-peer-majority": 3, "comas": 2, "corl-frozen-peer": 2, "maporl": 2, "maca": 2, "rlccf": 2, "scrl": 1,
-         "peer-likelihood": 2, "coverrl": 1}
+         "peer-likelihood": 2, "coverrl": 1, "dcrl": 1}
 OPTIONS = {"comas": "{score_parser: fork, score_max_tokens: 4}"}
 
 
@@ -175,8 +175,8 @@ def test_checkpoints_through_the_proxy_resume_bit_identically(method, tiny_qwen,
 
 
 def test_the_boundary_is_the_protocol_s_calls_and_the_agent_satisfies_it(tiny_qwen, tmp_path):
-    assert BOUNDARY == boundary_calls(AgentHandle) == ("generate", "score", "likelihood", "update", "update_auxiliary",
-                                                       "discard", "checkpoint", "restore", "save")
+    assert BOUNDARY == boundary_calls(AgentHandle) == ("generate", "score", "explore", "likelihood", "update",
+                                                       "update_auxiliary", "discard", "checkpoint", "restore", "save")
     assert "state_dict" not in BOUNDARY and "load_state_dict" not in BOUNDARY  # state stays where the agent lives
     model, tok = tiny_qwen
     agent = _agents("ttrl", model, tok, _config("ttrl", tmp_path))[0]

@@ -366,3 +366,89 @@ def test_follow_up_in_the_real_models_templates(family):
 class _Problem:
     def text(self, view):
         return "What is 2+2?"
+
+
+# ------------------------------------------------------------------------------------------------ DCRL
+class Explorer:
+    """Test double of RewardInput.explore: a scripted explorer pool per agent; records what it was asked."""
+
+    def __init__(self, pools: dict[str, list[list[str]]]) -> None:
+        self.pools, self.asked = pools, {}
+
+    def __call__(self, model, unlearn, requests, n, lr, eps=0.01):
+        from corl_bench.rollout.base import Completion
+
+        self.asked = {"model": model, "unlearn": unlearn, "n": n, "lr": lr}
+        return {a: [[Completion(token_ids=(1,), logprobs=(), text=f"\\boxed{{{x}}}", finished=True) for x in row]
+                    for row in self.pools[a]] for a in requests}
+
+
+def dcrl_batch(answers, explorer: Explorer) -> RewardInput:
+    from corl_bench.grading.verifier import extract_normalized
+
+    k = len(answers[0])
+    rollouts = {"a0": dataclasses.replace(ro("a0", answers), completions=[[f"c{p}{j}" for j in range(k)]
+                                                                          for p in range(len(answers))])}
+    return RewardInput(step=0, problem_ids=[f"p{i}" for i in range(len(answers))], rollouts=rollouts,
+                       samples_per_prompt=k, prompts={"a0": [f"Q{p}" for p in range(len(answers))]},
+                       explore=explorer, extract=extract_normalized)
+
+
+def test_dcrl_labels_what_anchor_and_explorer_agree_on_and_skips_prompts_where_it_overrides_the_majority():
+    # prompt 0: anchor 5 5 6 6 (5 first), explorer 6 6 6 5: hm(6) = .6 > hm(5) = .333 -> label 6, not the anchor's
+    #   plurality 5: the release gives every rollout 0.5 (no gradient);
+    # prompt 1: anchor 3 3 3 4, explorer 3 9 9 9 -> hm(3) = 2*.75*.25/1 = .375 -> label 3 = the majority: 1/0;
+    # prompt 2: nothing in both pools -> the anchor's plurality 8.
+    explorer = Explorer({"a0": [["6", "6", "6", "5"], ["3", "9", "9", "9"], ["1", "1", "1", "1"]]})
+    b = dcrl_batch([["5", "5", "6", "6"], ["3", "3", "3", "4"], ["8", "8", None, "2"]], explorer)
+    out = make("dcrl", 1, unlearn_per_prompt=2).rewards(b)["a0"]
+    assert out.pseudo_labels == ["6", "3", "8"]
+    assert out.rewards == [[0.5] * 4, [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
+    assert out.metrics["label_changed_fraction"] == pytest.approx(1 / 3)
+    # the explorer was unlearned on the first 2 anchor rollouts of every prompt, in the agent's own requests
+    assert explorer.asked["unlearn"]["a0"] == [("Q0", "c00"), ("Q0", "c01"), ("Q1", "c10"), ("Q1", "c11"),
+                                               ("Q2", "c20"), ("Q2", "c21")]
+    assert explorer.asked["model"] == "explorer" and explorer.asked["n"] == 4 and explorer.asked["lr"] == {"a0": 3e-7}
+    reserved = make("dcrl", 1, disagreement="reserved").rewards(b)["a0"]
+    assert reserved.rewards[0] == [0.5, 0.5, 1.0, 1.0]  # README: 1 for the label, 0.5 for the anchor's plurality
+    plain = make("dcrl", 1, harmonic=False).rewards(dcrl_batch([["5", "5", "6", "6"]], Explorer({})))["a0"]
+    assert plain.pseudo_labels == ["5"] and plain.rewards == [[1.0, 1.0, 0.0, 0.0]]  # no explorer: TTRL's label
+    with pytest.raises(ConfigError, match="disagreement must be one of"):
+        METHODS.get("dcrl").parse_options({"disagreement": "half"})
+
+
+def test_the_explorer_is_the_policy_moved_away_from_the_unlearned_tokens(tiny_qwen):
+    """The real explore call (Agent.explore): the copy starts as the policy, one step lowers the likelihood of the
+    unlearned replies under the copy, the policy does not move, and the copy's engine samples from the copy."""
+    import copy
+
+    import torch
+
+    from corl_bench.config import AgentSpec, GRPOConfig
+    from corl_bench.rollout import SamplingParams
+    from corl_bench.train.agent import Agent
+    from corl_bench.train.likelihood import reply
+
+    model, tok = tiny_qwen
+    cls = METHODS.get("dcrl")
+    agent = Agent(AgentSpec(name="a0", family="qwen2-bpe"), copy.deepcopy(model), tok, GRPOConfig(), temperature=1.0,
+                  auxiliary=cls.auxiliary)
+    prompt, text = "Q: 2 + 3 =", " 5 so \\boxed{5}"
+    before = {k: v.clone() for k, v in agent.model.state_dict().items()}
+    params = SamplingParams(n=2, temperature=1.0, top_p=1.0, max_new_tokens=4, seed=7)
+
+    def copy_loglik() -> float:
+        module = agent.auxiliary["explorer"]
+        ids, att, cmask, _ = agent._batch([prompt], [reply(tok, text)])
+        with torch.no_grad():
+            logp = torch.log_softmax(module(input_ids=ids, attention_mask=att).logits[:, :-1].float(), -1)
+        return float((logp.gather(-1, ids[:, 1:, None])[..., 0] * cmask[:, 1:]).sum() / cmask[:, 1:].sum())
+
+    same = agent.explore([(prompt, text)], [prompt], params, model="explorer", lr=0.0)
+    assert copy_loglik() == pytest.approx(agent.likelihood([prompt], [text])[0], abs=1e-5)  # lr 0: the policy
+    assert [c.token_ids for c in same[0]] == [c.token_ids for c in agent.generate([prompt], params)[0]]
+    # (a random tiny model gives every token p < 0.01: the release's clamp at 0.01 would leave no gradient)
+    agent.explore([(prompt, text)], [prompt], params, model="explorer", lr=1e-2, eps=1e-6)
+    assert copy_loglik() < agent.likelihood([prompt], [text])[0] - 0.05  # the unlearned reply became less likely
+    assert all(torch.equal(before[k], v) for k, v in agent.model.state_dict().items())  # the policy did not move
+    assert not any(p.requires_grad for p in agent.auxiliary["explorer"].parameters())

@@ -418,6 +418,14 @@ class Agent:
         self._pending = fwd if self._pending is None else concat_forwards(self._pending, fwd)
         return SampleStats(entropy=fwd.entropy.tolist(), self_certainty=fwd.self_certainty.tolist())
 
+    def explore(self, unlearn: Sequence[tuple[Prompt, str]], requests: Sequence[Prompt], params: SamplingParams, *,
+                model: str, lr: float, eps: float = 0.01) -> list[list[Completion]]:
+        """Rollouts of auxiliary model ``model`` after it was set to the policy and unlearned one step on
+        ``unlearn`` (:func:`corl_bench.train.explore.explore`: DCRL's explorer pool)."""
+        from corl_bench.train.explore import explore
+
+        return explore(self, model, unlearn, requests, params, lr, eps)
+
     def likelihood(self, requests: Sequence[Prompt], texts: Sequence[str]) -> list[float]:
         """Mean log-probability (temperature 1) of each text as the reply to its request, under the policy
         (:func:`corl_bench.train.likelihood.text_likelihood`; nothing is kept for the update)."""

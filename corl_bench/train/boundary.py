@@ -108,6 +108,13 @@ class AgentHandle(Protocol):
         same update (a method's extra samples)."""
         ...
 
+    def explore(self, unlearn: Sequence[tuple[Prompt, str]], requests: Sequence[Prompt], params: SamplingParams, *,
+                model: str, lr: float, eps: float = 0.01) -> list[list[Completion]]:
+        """DCRL's explorer pool: the auxiliary model ``model`` set to the current policy, moved one optimiser step
+        (``lr``) away from the tokens of the ``unlearn`` (request, completion text) pairs, then sampling ``params.n``
+        completions of each request ([P][N]). The policy and its optimiser are not touched."""
+        ...
+
     def likelihood(self, requests: Sequence[Prompt], texts: Sequence[str]) -> list[float]:
         """The policy's mean log-probability (temperature 1, no grad) of each ``texts[s]`` as the reply to
         ``requests[s]``, the text tokenized by this agent's own tokenizer (so it scores another model's completion
@@ -256,6 +263,13 @@ class AgentGroup:
         """The training forward pass of the agents ``samples`` names (an agent with nothing to score is left out):
         agent -> per-sample statistics of its S samples."""
         return self._each(lambda a: a.score(samples[a.name]), samples)
+
+    def explore(self, unlearn: Mapping[str, Sequence[tuple[Prompt, str]]], requests: Mapping[str, Sequence[Prompt]],
+                params: Mapping[str, SamplingParams], *, model: str, lr: Mapping[str, float], eps: float = 0.01
+                ) -> dict[str, list[list[Completion]]]:
+        """The explorer pools of the agents ``requests`` names (each at its own ``lr[agent]``): agent -> [P][N]."""
+        return self._each(lambda a: a.explore(unlearn[a.name], requests[a.name], params[a.name], model=model,
+                                              lr=lr[a.name], eps=eps), requests)
 
     def likelihood(self, requests: Mapping[str, Sequence[Prompt]], texts: Mapping[str, Sequence[str]]
                    ) -> dict[str, list[float]]:

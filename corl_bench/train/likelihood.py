@@ -21,7 +21,8 @@ from corl_bench.train import memory as memops
 __all__ = ["text_likelihood"]
 
 
-def _reply(tokenizer: Any, text: str) -> Completion:
+def reply(tokenizer: Any, text: str) -> Completion:
+    """``text`` as a completion in ``tokenizer``'s ids (no special tokens; an empty text: the EOS token alone)."""
     ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else ()
     if not ids:
         ids = (tokenizer.eos_token_id,)
@@ -42,7 +43,7 @@ def text_likelihood(agent: Any, requests: Sequence[Prompt], texts: Sequence[str]
     try:
         with memops.autocast(agent.mem.autocast, model):
             for i in range(0, len(texts), step):
-                replies = [_reply(agent.tokenizer, t) for t in texts[i: i + step]]
+                replies = [reply(agent.tokenizer, t) for t in texts[i: i + step]]
                 ids, att, cmask, vision = agent._batch(list(requests[i: i + step]), replies)
                 logits = agent._token_logits(model, ids, att, vision).float()
                 logp = grpo.logprobs_from_logits(logits, ids[:, 1:], 1.0)

@@ -141,7 +141,7 @@ class Trainer:
         extract = EXTRACTORS.get(self.cfg.rollout.extractor)
         rollouts = {name: _rollouts(name, rows, extract) for name, rows in comps.items()}
         aux_rollouts: dict[str, dict[str, AgentRollouts]] = {}
-        for aux in (x for x in self.method.auxiliary if x.generates):
+        for aux in (x for x in self.method.auxiliary if x.generates and x.rollouts):
             rows = self.group.generate(requests, {a.name: self._params(k, a, step, aux.seed_salt)
                                                   for a in self.agents}, model=aux.name)
             aux_rollouts[aux.name] = {name: _rollouts(name, r, extract) for name, r in rows.items()}
@@ -175,7 +175,8 @@ class Trainer:
                             samples_per_prompt=k, labels=s.truth if self.method.uses_labels else None,
                             stats=s.stats, auxiliary_rollouts=s.aux_rollouts or None, prompts=s.requests,
                             generate=self._generator(step), extract=EXTRACTORS.get(cfg.rollout.extractor),
-                            likelihood=self.group.likelihood, follow_up=self._follow_up)
+                            likelihood=self.group.likelihood, follow_up=self._follow_up,
+                            explore=self._explorer(step))
         rewards = self.method.rewards(batch)
         votes = {name: [plurality_vote(ans) for ans in ro.answers] for name, ro in s.rollouts.items()}
         timer["reward"] = time.perf_counter() - t0
@@ -242,6 +243,18 @@ class Trainer:
             raise RuntimeError(f"{type(self.method).__name__} returned extra samples for agent {name} but no "
                                "advantages for them; override Method.advantages")
         return group_advantages(r, scale_std=self.cfg.grpo.scale_std, eps=self.cfg.grpo.adv_eps).reshape(-1)
+
+    def _explorer(self, step: int) -> Callable[..., dict[str, list[list[Completion]]]]:
+        """RewardInput.explore: explorer pools through the agents' auxiliary models (the run's sampling settings, a
+        seed of their own per (agent, step))."""
+        def explore(model: str, unlearn: dict[str, list[tuple[Any, str]]], requests: dict[str, list[Any]],
+                    n: int, lr: dict[str, float], eps: float = 0.01) -> dict[str, list[list[Completion]]]:
+            salt = 2_000 + zlib.crc32(f"explore:{model}".encode()) % 100_000
+            params = {a.name: self._params(n, a, step, salt) for a in self.agents if a.name in requests}
+            pairs = {name: [(as_request(q), text) for q, text in unlearn.get(name, [])] for name in requests}
+            return self.group.explore(pairs, requests, params, model=model, lr=lr, eps=eps)
+
+        return explore
 
     def _follow_up(self, agent: str, request: Any, reply: str, user: str) -> Any:
         """RewardInput.follow_up: ``agent``'s conversation continued by the run's profile in its own template."""
