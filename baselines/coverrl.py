@@ -39,8 +39,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from corl_bench.method import (METHODS, AgentRewards, ExtraSample, Method, RewardInput, is_equivalent,
-                               plurality_vote)
+from corl_bench.method import (METHODS, AgentRewards, ExtraSample, Method, RewardInput, grouped_advantages,
+                               is_equivalent, plurality_vote)
 
 VERIFIER_PROMPT = ("Check the solution above step by step. If a step is wrong, name it and say why, and end your "
                    "reply with 'The answer is wrong.'. If every step is right, end your reply with 'The answer is "
@@ -175,18 +175,9 @@ class CoVerRL(Method):
     def advantages(self, batch: RewardInput, rewards: dict[str, AgentRewards],
                    lengths: dict[str, list[int]]) -> dict[str, Any]:
         """Generators by prompt, verifier turns by the answer they checked, regenerations by their verifier turn."""
-        import torch
-
-        from corl_bench.advantages import group_advantages
-
         out = {}
         for name, r in rewards.items():
-            main = group_advantages(torch.tensor(r.rewards, dtype=torch.float32)).reshape(-1)
-            keys = self._groups.get(name, [])
-            values = torch.tensor([e.reward for e in r.extra], dtype=torch.float32)
-            adv = torch.zeros_like(values)
-            for key in dict.fromkeys(keys):
-                idx = torch.tensor([i for i, g in enumerate(keys) if g == key])
-                adv[idx] = group_advantages(values[idx].reshape(1, -1)).reshape(-1)
-            out[name] = torch.cat([main, adv])
+            main = [(p, "generate") for p, row in enumerate(r.rewards) for _ in row]
+            flat = [x for row in r.rewards for x in row] + [e.reward for e in r.extra]
+            out[name] = grouped_advantages(flat, main + list(self._groups.get(name, [])))
         return out

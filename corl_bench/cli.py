@@ -218,7 +218,10 @@ def table(results_dir: Optional[Path] = typer.Option(None, "--results-dir", "-r"
           se: bool = typer.Option(False, "--se", help="show each cell's evaluation standard error (sd over problems "
                                   "/ sqrt(problems)) after mean ± sd; the CSV always has it"),
           show_warnings: bool = typer.Option(False, "--warnings", "-W", help="print every warning (default: one "
-                                             "summary line), with the runs behind each environment difference")) -> None:
+                                             "summary line), with the runs behind each environment difference"),
+          contamination: Optional[Path] = typer.Option(None, "--contamination", help="a contamination.json (corl-bench "
+                                                       "probe contamination) whose recited benchmarks get ‡ (default: "
+                                                       "every one under the results dir)")) -> None:
     """Paper-style results of your runs (results/runs, or -r DIR; a committed study with --study NAME), recomputed
     from stored predictions; Δ is each run's gain over its own base evaluation on the same problems."""
     from corl_bench.report import table as table_mod
@@ -234,7 +237,8 @@ def table(results_dir: Optional[Path] = typer.Option(None, "--results-dir", "-r"
         where = (table_mod.study_dir(study) if study is not None else
                  results_dir if results_dir is not None else table_mod.RESULTS_ROOT / table_mod.RUNS_DIR)
         table_mod.main(where, metrics=chosen, out_dir=out_dir, fmt=fmt, out=out, reference=reference,
-                       backbone=backbone, console=Console(), err_console=console, se=se, show_warnings=show_warnings)
+                       backbone=backbone, console=Console(), err_console=console, se=se, show_warnings=show_warnings,
+                       contamination=contamination)
     except ValueError as e:
         _fail(str(e))
 
@@ -382,30 +386,44 @@ def data_prepare(benchmarks: Optional[str] = typer.Option(None, "--benchmarks", 
 @app.command()
 def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family, folder, smol, RUN_DIR[:agent], "
                                              "MODEL@SEED (seed-only partner); with --from-predictions: "
-                                             "RUN_DIR[:agent], a predictions .jsonl or its folder"),
+                                             "RUN_DIR[:agent], a predictions .jsonl or its folder; or the word "
+                                             "contamination, then 1+ models"),
           benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b", help="one benchmark (corl-bench ls "
-                                                  "benchmarks); required"),
+                                                  "benchmarks); required (contamination: a comma list, default "
+                                                  "gsm8k,math500)"),
           benchmarks: Optional[str] = typer.Option(None, "--benchmarks", hidden=True, help="same as --benchmark"),
           samples: int = typer.Option(1, "--samples", help="paired draws averaged (paper: 1)"),
           temperature: float = typer.Option(0.8, "--temperature", help="sampling temperature (paper: 0.8)"),
           greedy: bool = typer.Option(False, "--greedy", help="greedy decoding (stored: the greedy rows) instead"),
           max_problems: Optional[int] = typer.Option(None, "--max-problems", help="first N problems"),
-          max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap"),
+          max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="override the spec's cap "
+                                                        "(contamination: cap of each completion, default 256)"),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="predictions + probe.json/probe.md (default "
-                                             "results/probe/<benchmark>-<decoding>; reuse it to resume)"),
+                                             "results/probe/<benchmark>-<decoding>, contamination: results/"
+                                             "contamination; reuse it to resume)"),
           seed: int = typer.Option(0, "--seed", help="sampling seed of models without @SEED"),
           phase: str = typer.Option("base", "--phase", help="for runs: base (pre-RL) or final"),
           from_predictions: bool = typer.Option(False, "--from-predictions", help="no generation: read stored "
                                                 "predictions (sample_index 0.. of the sampled rows)"),
           data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
           chunk: int = typer.Option(32, "--chunk", help="problems per generation batch; saved per chunk"),
+          fractions: str = typer.Option("0.4,0.6,0.8", "--fractions", help="probe contamination: prefix fractions "
+                                        "of each problem's text, each in (0, 1)"),
+          threshold: float = typer.Option(0.10, "--threshold", help="probe contamination: flag 'recites' at this "
+                                          "exact-completion rate from the 80% prefix"),
           verbose: bool = typer.Option(False, "--verbose", "-v", help="log every stage (INFO)")) -> None:
     """Pre-RL error-overlap probe of every pair of models: Cohen's kappa on right/wrong, c (exactly one right),
-    w (both wrong, same answer), u (at least one right), accuracies; writes probe.json + probe.md."""
+    w (both wrong, same answer), u (at least one right), accuracies; writes probe.json + probe.md.
+    `corl-bench probe contamination MODEL... -b gsm8k,math500`: can each model complete the benchmarks' problem
+    texts from a 40/60/80 % prefix (arXiv 2507.10532); writes contamination.json + contamination.md."""
     from corl_bench.report import probe as probe_cmd
 
     _setup_logging(verbose)
     say = Console() if Console().is_terminal else Console(width=160)  # a pipe or file gets whole rows
+    if models[0] == "contamination":  # corl-bench probe contamination MODEL...
+        _contamination(models[1:], benchmarks or benchmark, fractions, threshold, max_problems, max_new_tokens, out,
+                       data_dir, from_predictions, say)
+        return
     try:
         benchmark = _one_benchmark(benchmark, benchmarks)
         if from_predictions:
@@ -425,6 +443,33 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
     say.print(probe_cmd.probe_table(rep))
     for note in (f"{p.a} x {p.b}: kappa {p.kappa_note}" for p in rep.pairs if p.kappa_note):
         say.print(note, highlight=False)
+    say.print(f"wrote {paths[0]} and {paths[1]}", highlight=False)
+
+
+def _contamination(models: list[str], benchmarks: Optional[str], fractions: str, threshold: float,
+                   max_problems: Optional[int], cap: Optional[int], out: Optional[Path], data_dir: Optional[str],
+                   from_predictions: bool, say: Console) -> None:
+    """``corl-bench probe contamination`` (:mod:`corl_bench.report.contamination`), one-line errors."""
+    from corl_bench.report import contamination as cont
+
+    out = out or Path("results") / "contamination"
+    try:
+        if from_predictions:
+            raise ConfigError("the contamination probe generates; drop --from-predictions")
+        names = tuple(b.strip() for b in (benchmarks or "gsm8k,math500").split(",") if b.strip())
+        if cap is not None and cap < 1:
+            raise ConfigError(f"--max-new-tokens must be >= 1 (got {cap}); the contamination probe's default is 256")
+        settings = cont.ContaminationSettings(names, cont.parse_fractions(fractions), max_problems, threshold,
+                                              max_new_tokens_cap=cap or 256, data_dir=data_dir)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        data = cont.probe_contamination(models, settings, out, report=lambda line: say.print(line, highlight=False))
+        paths = cont.write_reports(data, out)
+    except (ConfigError, RegistryError) as e:
+        _fail(str(e))
+    for res in data["results"]:
+        say.print(f"{res['model']} / {res['benchmark']}: {res['flag']}", highlight=False)
     say.print(f"wrote {paths[0]} and {paths[1]}", highlight=False)
 
 

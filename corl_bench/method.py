@@ -41,11 +41,11 @@ from corl_bench.registries import METHODS
 from corl_bench.rollout.base import Completion
 from corl_bench.rollout.request import Request, prompt_text
 
-__all__ = ["DEBATE_TEMPLATE", "METHODS", "AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion",
-           "ConfigError", "Debate", "DebateOptions", "Explore", "ExtraSample", "FollowUp", "Generate", "Likelihood",
+__all__ = ["AgentRewards", "AgentRollouts", "AuxiliaryModel", "Completion", "ConfigError", "DEBATE_TEMPLATE",
+           "Debate", "DebateOptions", "Explore", "ExtraSample", "FollowUp", "Generate", "Likelihood", "METHODS",
            "Method", "NoOptions", "Request", "RewardInput", "SequenceStats", "Turn", "UNOFFICIAL", "Vote",
-           "debate_prompt", "harmonic_vote", "has_boxed", "is_equivalent", "plurality_vote", "prompt_text",
-           "run_debate", "turn_advantages", "vote_margin", "whitened_advantages"]
+           "debate_prompt", "grouped_advantages", "harmonic_vote", "has_boxed", "is_equivalent", "plurality_vote",
+           "prompt_text", "run_debate", "turn_advantages", "vote_margin", "whitened_advantages"]
 
 
 def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
@@ -54,6 +54,24 @@ def whitened_advantages(rewards: Any, lengths: Any, eps: float = 1e-8) -> Any:
     from corl_bench.advantages import whitened_advantages as whiten
 
     return whiten(rewards, lengths, eps)
+
+
+def grouped_advantages(rewards: Sequence[float], groups: Sequence[Any], scale_std: bool = True) -> list[float]:
+    """GRPO advantages of samples whose groups are given per sample (``groups[i]``, any hashable; groups may differ
+    in size): each group normalised by its own mean and std (:func:`corl_bench.advantages.group_advantages`; a
+    group of one keeps its reward). Imported on call, so method files stay torch-free."""
+    import torch
+
+    from corl_bench.advantages import group_advantages
+
+    if len(rewards) != len(groups):
+        raise ValueError(f"one group per reward (got {len(rewards)} rewards and {len(groups)} groups)")
+    values = torch.tensor(list(rewards), dtype=torch.float32)
+    out = torch.zeros_like(values)
+    for key in dict.fromkeys(groups):
+        idx = torch.tensor([i for i, g in enumerate(groups) if g == key])
+        out[idx] = group_advantages(values[idx].reshape(1, -1), scale_std=scale_std).reshape(-1)
+    return out.tolist()
 
 
 @dataclass(frozen=True)

@@ -300,7 +300,7 @@ def test_coverrl_verifies_the_label_and_the_rarest_answer_and_trains_both_roles(
     assert engine.asked["regenerate"] == ["Q0|r03|Check|The answer is wrong.|You s"] * 2
     assert [e.reward for e in out.extra[4:]] == [2.0, 1.0]
     assert out.metrics["verified_fraction"] == 0.5 and out.metrics["dropped_fraction"] == 0.0
-    adv = m.advantages(None, {"a0": out}, {"a0": [1] * (10 + 6)})["a0"].tolist()
+    adv = m.advantages(None, {"a0": out}, {"a0": [1] * (10 + 6)})["a0"]
     assert adv[10:12] == [0.0, 0.0]  # the label's two verifications: one group, equal rewards
     assert adv[12] == pytest.approx(0.7071, abs=1e-3) and adv[13] == pytest.approx(-0.7071, abs=1e-3)
     assert adv[14] == pytest.approx(0.7071, abs=1e-3) and adv[15] == pytest.approx(-0.7071, abs=1e-3)

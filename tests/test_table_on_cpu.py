@@ -172,7 +172,7 @@ def test_row_labels_come_from_the_methods_in_paper_order() -> None:
     assert layout.ROW_LABELS == labels  # the old constant, derived (kept for one release)
     assert layout.SINGLE_AGENT_METHODS == {"gt-reward", "ttrl", "rent", "intuitor", "co-rewarding-ii",
                                            "random-reward", "mm-upt", "empo", "srt", "format-reward",
-                                           "incorrect-label", "scrl"}
+                                           "incorrect-label", "scrl", "coverrl", "dcrl"}
     assert layout.REFERENCE_LABELS == {"GT-Reward", "MAPoRL-GT"}  # the methods that use labels (controls aside)
     assert layout.CONTROL_LABELS == {"Random reward", "Co-RL frozen peer", "Format reward", "Incorrect label"}
 

@@ -11,7 +11,9 @@ The table is built in layers whose imports point one way (none of them imports t
   embeddable HTML fragment); it imports all three. Where the runs are: ``results/runs`` by default (the user's own
   runs), a committed study by name (:func:`study_dir`, :func:`studies`: a directory directly under ``results/`` that
   holds runs, other than ``runs/``). Warnings are printed in full or as one line (:func:`warnings_summary`, by
-  :func:`warning_kind`); a run set aside for a newer one of the same cell is always named.
+  :func:`warning_kind`); a run set aside for a newer one of the same cell is always named. A benchmark that a
+  ``contamination.json`` (``corl-bench probe contamination``) flags as recited gets ``‡`` and a footer line
+  (:func:`corl_bench.report.contamination.mark_table`).
 
 Files are written with :func:`corl_bench.results.atomic_write_text`.
 """
@@ -25,6 +27,7 @@ from typing import Optional, Sequence
 
 from rich.console import Console
 
+from corl_bench.report import contamination as contamination_mod
 from corl_bench.report.collect import (DEFAULT_METRICS, FORMATS, Collected, Row, aggregate, check_metrics,
                                        collect_results, find_runs)
 from corl_bench.report.layout import build, check_reference, paper_table
@@ -159,6 +162,7 @@ def main(
     err_console: Optional[Console] = None,
     se: bool = False,
     show_warnings: bool = True,
+    contamination: str | Path | None = None,
 ) -> list[Row]:
     """``corl-bench table``: print the paper-style table of the runs under ``results_dir`` (default
     ``results/runs``, the user's own runs; rich, or ``fmt`` text when ``fmt`` is given without ``out``), its footer
@@ -168,6 +172,8 @@ def main(
     run was set aside for another (always shown). Without runs, ``reference="paper"`` (or a ``backbone``) prints the
     paper's tables on their own (written only to ``out``).
     ``se``: each cell also shows the evaluation's standard error ("62.3 ± 1.2 [se 0.8]"; the CSV always has it).
+    ``contamination``: a ``contamination.json`` whose recited benchmarks get ``‡`` and a footer line (default: every
+    one :func:`corl_bench.report.contamination.find_reports` finds for ``results_dir``).
     Returns the aggregated rows of :func:`collect` ([] when there is nothing to show); ValueError (one line)
     on a bad metric, format, reference or backbone."""
     console = console or Console()
@@ -192,6 +198,8 @@ def main(
         return []
     collected = collect_results(results_dir)
     table = build(collected, metrics=metrics, reference=reference, backbone=backbone, root=results_dir, se=se)
+    reports = [Path(contamination)] if contamination is not None else contamination_mod.find_reports(results_dir)
+    table = contamination_mod.mark_table(table, contamination_mod.recited(reports))
     if not table.blocks:
         _say_warnings(table, err, show_warnings)
         _say(console, f"No usable results under {results_dir} (see the warnings above).")
