@@ -26,6 +26,32 @@ DEFAULT_CELLS = (
     "empo:single", "srt:single", "format-reward:single", "incorrect-label:single",
 )
 LAST_FRACTION = 0.2  # "final" training diagnostics: mean over the last 20 % of steps
+Z95 = 1.959964
+
+
+def paired_verdict(base_rows: list[dict], final_rows: list[dict]) -> tuple[float | None, str]:
+    """(mean paired change of per-problem sampled pass@1, verdict) between two phases' prediction rows of one agent:
+    each problem's pass@1 is the share of its sampled rows graded correct (regraded from the completion), the
+    change is averaged over the problems both phases hold, and the verdict is ``gain`` / ``loss`` when the 95 %
+    normal interval of that mean (sd of the per-problem changes / sqrt(problems)) excludes 0, else
+    ``inconclusive``. One seed: a verdict about this run, not about the method."""
+    from corl_bench.grading.verifier import grade
+
+    def per_problem(rows: list[dict]) -> dict[str, float]:
+        hits: dict[str, list[bool]] = {}
+        for r in rows:
+            if r.get("decoding") == "sampled":
+                hits.setdefault(str(r["problem_id"]), []).append(grade(r["completion"], str(r["gold"]))[1])
+        return {pid: sum(h) / len(h) for pid, h in hits.items()}
+
+    a, b = per_problem(base_rows), per_problem(final_rows)
+    diffs = [b[pid] - a[pid] for pid in a if pid in b]
+    if len(diffs) < 2:
+        return None, "–"
+    mean = sum(diffs) / len(diffs)
+    sd = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
+    half = Z95 * sd / len(diffs) ** 0.5
+    return mean, "gain" if mean - half > 0 else "loss" if mean + half < 0 else "inconclusive"
 
 
 def finished_runs(out: Path) -> dict[tuple[str, str], Path]:
@@ -58,7 +84,12 @@ def summarise(run_dir: Path) -> list[dict]:
             return sum(vals) / len(vals) if vals else None
 
         base, final = tr.base.get("micro-test", {}), tr.scores.get("micro-test", {})
+        from corl_bench.results import read_jsonl
+
+        rows_of = {phase: read_jsonl(run.predictions_path(phase, tr.agent, "micro-test")) for phase in ("base", "final")}
+        change, verdict = paired_verdict(rows_of["base"], rows_of["final"])
         out.append({"method": record.method, "cohort": record.cohort, "agent": tr.agent, "family": tr.family,
+                    "change": change, "verdict": verdict,
                     **{f"{m}_base": base.get(m) for m in ("greedy", "avg_k", "maj_k")},
                     **{f"{m}_final": final.get(m) for m in ("greedy", "avg_k", "maj_k")},
                     "label_acc": last("label/accuracy"), "reward_acc": last("reward/accuracy"),
@@ -73,15 +104,18 @@ def to_markdown(rows: list[dict]) -> str:
     def num(x: float | None, fmt: str = ".2f") -> str:
         return "–" if x is None else format(x, fmt)
 
-    lines = ["| method | cohort | agent | greedy | pass@1 | maj@8 | label acc. | reward acc. | entropy | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | cohort | agent | greedy | pass@1 | maj@8 | pass@1 verdict | label acc. | reward acc. | "
+             "entropy | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [f"{pct(r[m + '_base'])} → {pct(r[m + '_final'])}" for m in ("greedy", "avg_k", "maj_k")]
+        change = "" if r.get("change") is None else f" ({100 * r['change']:+.1f})"
         lines.append(f"| {r['method']} | {r['cohort']} | {r['family']} | " + " | ".join(cells) +
-                     f" | {num(r['label_acc'])} | {num(r['reward_acc'])} | {num(r['entropy'])} | "
-                     f"{num(r['wall_s'], '.0f')} |")
+                     f" | {r.get('verdict', '–')}{change} | {num(r['label_acc'])} | {num(r['reward_acc'])} | "
+                     f"{num(r['entropy'])} | {num(r['wall_s'], '.0f')} |")
     return "\n".join(lines) + (f"\n\nTraining diagnostics are means over the last {LAST_FRACTION:.0%} of steps; "
-                               "accuracy is on micro-test (300 problems), base → final.\n")
+                               "accuracy is on micro-test (300 problems), base → final. Verdict: the paired change "
+                               "of per-problem sampled pass@1 (points), gain / loss when its 95 % interval excludes "
+                               "0, else inconclusive (one seed: about this run, not the method).\n")
 
 
 def main() -> int:
