@@ -452,3 +452,30 @@ def test_the_explorer_is_the_policy_moved_away_from_the_unlearned_tokens(tiny_qw
     assert copy_loglik() < agent.likelihood([prompt], [text])[0] - 0.05  # the unlearned reply became less likely
     assert all(torch.equal(before[k], v) for k, v in agent.model.state_dict().items())  # the policy did not move
     assert not any(p.requires_grad for p in agent.auxiliary["explorer"].parameters())
+
+
+def test_extra_generations_stop_where_the_agents_rollouts_stop():
+    """RewardInput.generate (debate turns, verifier turns) samples with the agent's stop strings: a few-shot agent's
+    turn ends at its next "Question:" as its rollouts do."""
+    from corl_bench.config import AgentSpec, load_config
+    from corl_bench.hf.profile import HFProfile
+    from corl_bench.train.trainer import Trainer
+
+    seen = {}
+
+    class Agent:
+        def __init__(self, name, prompt):
+            self.name, self.spec = name, AgentSpec(name=name, family="smol", prompt=prompt)
+
+        def generate(self, prompts, params):
+            seen[self.name] = params
+            return [[None] for _ in prompts]
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.cfg, trainer.profile = load_config(None, []), HFProfile()
+    trainer.agents = [Agent("few", "fewshot"), Agent("chat", "")]
+    generate = trainer._generator(step=3)
+    generate("few", ["Q"], "debate-r1")
+    generate("chat", ["Q"], "debate-r1")
+    assert seen["few"].stop == HFProfile.stop_strings("fewshot") and seen["few"].stop
+    assert seen["chat"].stop == ()  # the default prompt has no stop strings

@@ -262,7 +262,8 @@ class Trainer:
         return self.profile.follow_up(as_request(request), reply, user, model=spec.family, prompt=spec.prompt)
 
     def _generator(self, step: int) -> Generate:
-        """Extra generations for interactive methods: same engine and sampling settings, a seed per (agent, role)."""
+        """Extra generations for interactive methods: same engine and sampling settings (the agent's stop strings
+        included: a few-shot agent's debate turn stops where its rollouts do), a seed per (agent, role)."""
         by_name = {a.name: a for a in self.agents}
         cfg = self.cfg.rollout
 
@@ -271,7 +272,8 @@ class Trainer:
             salt = 2_000 + zlib.crc32(role.encode()) % 100_000
             params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p,
                                     max_new_tokens=max_new_tokens or cfg.max_new_tokens,
-                                    seed=rollout_seed(self.cfg.run.seed, a.spec.seed_offset + salt, step))
+                                    seed=rollout_seed(self.cfg.run.seed, a.spec.seed_offset + salt, step),
+                                    stop=stop_for(self.profile, a.spec))
             return [row[0] for row in a.generate(prompts, params)] if prompts else []
 
         return generate
