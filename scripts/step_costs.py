@@ -167,6 +167,20 @@ def reestimate(data: str) -> None:
                                        encoding="utf-8")
 
 
+MEMORY_REFUSAL = "one training step needs about"
+"""The words of validate's memory refusal: the one failure a cell records (as refused) instead of raising."""
+
+
+def refused(key: str, returncode: int, stderr: str) -> str:
+    """The one-line refusal of a cell whose run exited with ``returncode``; any other failure (an import error, a
+    crash) raises, so it is never recorded as a cell that does not fit."""
+    last = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    message = last[-1] if last else f"exit {returncode}"
+    if MEMORY_REFUSAL not in message:
+        raise RuntimeError(f"{key}: the run failed and nothing was recorded (not a memory refusal): {message}")
+    return message
+
+
 def measure(key: str, data: str, threads: int) -> dict:
     """Run one cell and return its record."""
     from corl_bench.results import RunDir, read_jsonl
@@ -185,8 +199,7 @@ def measure(key: str, data: str, threads: int) -> dict:
         proc.wait()
         rec.update(wall_s=round(time.perf_counter() - t0, 1), loadavg_end=round(os.getloadavg()[0], 2))
         if proc.returncode:
-            last = [ln for ln in err.strip().splitlines() if ln.strip()]
-            rec.update(refused=last[-1] if last else f"exit {proc.returncode}", validate=refusal)
+            rec.update(refused=refused(key, proc.returncode, err), validate=refusal)
             return rec
         rd = RunDir(Path(tmp) / "cell")
         rows = [r for r in read_jsonl(rd.metrics_path) if "reward/mean" in r]

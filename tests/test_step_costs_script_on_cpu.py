@@ -111,3 +111,15 @@ def test_the_page_lists_what_validate_refuses_in_one_line(sc) -> None:
     assert "## What does not fit" in page
     assert "- `qwen05b-full/k8/t256 memory.micro_batch=64` (estimate 234.4 GB): `error: one training step needs " \
            "about 234.4 GB on cpu`" in page
+
+
+def test_only_a_memory_refusal_is_recorded_any_other_failure_raises(sc) -> None:
+    """A cell whose run failed for another reason (here: a method that did not import) must not be recorded as a
+    cell that does not fit (it was, once, and the next --run skipped it)."""
+    line = ("error: one training step needs about 44.9 GB on cpu (estimated from the models' architectures) and it "
+            "has 25.3 GB; set memory.micro_batch=8")
+    assert sc.refused("k", 2, "loading...\n" + line + "\n") == line
+    with pytest.raises(RuntimeError, match="nothing was recorded .*cannot import"):
+        sc.refused("k", 2, "error: method.name: cannot import 'corl_bench.trainers.corl' while discovering methods")
+    with pytest.raises(RuntimeError, match="exit 137"):
+        sc.refused("k", 137, "")
