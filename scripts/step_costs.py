@@ -19,7 +19,9 @@ also allocates AdamW's state and is recorded too). Completions stop at EOS, so t
 recorded beside the cap. Peak memory is the run process's ``VmHWM`` (peak resident set: weights, AdamW state,
 activations, the loaded model's copies, Python and torch), compared with the estimate ``corl-bench validate`` prints
 for the same config. A cell whose estimate exceeds this machine's memory is refused by the run in one line, which is
-recorded. Timings are only comparable within one machine and load: the CPU, threads and load average are recorded.
+recorded. Timings are only comparable within one machine and load: the CPU, threads and load average are recorded;
+a cell record's ``note`` (written by hand, e.g. "other jobs shared the cores mid-run", which the load average at the
+cell's start and end does not show) is listed under the table.
 """
 
 from __future__ import annotations
@@ -301,6 +303,9 @@ def report() -> str:
                   f"1-minute load average {min(loads):.1f}–{max(loads):.1f} at the cells' start and end; commits "
                   f"{', '.join(sorted({r['commit'][:7] for r in done}))}; estimates by "
                   f"{', '.join(sorted({r.get('estimate_head_commit', r['commit'])[:7] for r in done}))}."]
+        notes = [f"- {key}: {r['note']}" for key, r in recs.items() if r.get("note")]
+        if notes:  # what the load average at a cell's start and end does not show
+            lines += ["", "Notes on single cells:", "", *notes]
         ratios = [(r.get("estimate_head_gb") or r["estimate_gb"]) / r["peak_gb"] for r in done if r.get("estimate_gb")]
         inside = sum(0.85 <= x <= 1.15 for x in ratios)
         lines += ["", f"Estimate within 15 % of the measured peak in {inside} of {len(ratios)} measured cells (ratios "
