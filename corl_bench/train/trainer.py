@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import zlib
@@ -86,6 +87,11 @@ class StepResult:
     metrics: dict[str, dict[str, float | None]]  # agent -> diagnostics
     samples: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _role_salt(role: str) -> int:
+    """The seed stream of a method's extra generations in ``role`` (never the policy's rollouts' stream, 0)."""
+    return 2_000 + zlib.crc32(role.encode()) % 100_000
 
 
 class Trainer:
@@ -249,8 +255,8 @@ class Trainer:
         seed of their own per (agent, step))."""
         def explore(model: str, unlearn: dict[str, list[tuple[Any, str]]], requests: dict[str, list[Any]],
                     n: int, lr: dict[str, float], eps: float = 0.01) -> dict[str, list[list[Completion]]]:
-            salt = 2_000 + zlib.crc32(f"explore:{model}".encode()) % 100_000
-            params = {a.name: self._params(n, a, step, salt) for a in self.agents if a.name in requests}
+            params = {a.name: self._params(n, a, step, _role_salt(f"explore:{model}"))
+                      for a in self.agents if a.name in requests}
             pairs = {name: [(as_request(q), text) for q, text in unlearn.get(name, [])] for name in requests}
             return self.group.explore(pairs, requests, params, model=model, lr=lr, eps=eps)
 
@@ -265,15 +271,12 @@ class Trainer:
         """Extra generations for interactive methods: same engine and sampling settings (the agent's stop strings
         included: a few-shot agent's debate turn stops where its rollouts do), a seed per (agent, role)."""
         by_name = {a.name: a for a in self.agents}
-        cfg = self.cfg.rollout
 
         def generate(agent: str, prompts: list[Any], role: str, max_new_tokens: int | None = None) -> list[Any]:
             a = by_name[agent]
-            salt = 2_000 + zlib.crc32(role.encode()) % 100_000
-            params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p,
-                                    max_new_tokens=max_new_tokens or cfg.max_new_tokens,
-                                    seed=rollout_seed(self.cfg.run.seed, a.spec.seed_offset + salt, step),
-                                    stop=stop_for(self.profile, a.spec))
+            params = self._params(1, a, step, _role_salt(role))
+            if max_new_tokens:
+                params = dataclasses.replace(params, max_new_tokens=max_new_tokens)
             return [row[0] for row in a.generate(prompts, params)] if prompts else []
 
         return generate
