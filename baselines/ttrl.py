@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corl_bench.method import (METHODS, AgentRewards, ConfigError, Method, RewardInput, is_equivalent,
-                               plurality_vote, vote_margin)
+                               plurality_vote)
 
 
 @dataclass(frozen=True)
@@ -65,14 +65,8 @@ class TTRL(Method):
         k = batch.samples_per_prompt
         out = {}
         for name, ro in batch.rollouts.items():
-            labels = [self.pseudo_label(ans) for ans in ro.answers]  # vote over all generated samples
+            labels = [plurality_vote(ans, margin=self.options.margin).label for ans in ro.answers]  # all samples
             rewards = [[1.0 if (lb is not None and a is not None and is_equivalent(a, lb)) else 0.0 for a in ans[:k]]
                        for ans, lb in zip(ro.answers, labels)]
             out[name] = AgentRewards(rewards=rewards, pseudo_labels=labels)
         return out
-
-    def pseudo_label(self, answers: list[str | None]) -> str | None:
-        """The plurality answer of a prompt's voting samples, or None (no answer, or no clear margin)."""
-        label = plurality_vote(answers).label
-        margin = self.options.margin
-        return None if (label is not None and margin is not None and vote_margin(answers) <= margin) else label

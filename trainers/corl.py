@@ -51,7 +51,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from corl_bench.method import (METHODS, AgentRewards, AgentRollouts, AuxiliaryModel, Method, RewardInput, Vote,
-                               harmonic_vote, is_equivalent, plurality_vote, vote_margin)
+                               harmonic_vote, is_equivalent, plurality_vote)
 
 SUPERVISION = ("ring", "peer-majority", "collective", "dual-consensus")
 VOTE_WEIGHTS = ("self-consistency", "uniform")
@@ -121,17 +121,10 @@ class CoRL(Method):
         (top, c), *rest = counts.most_common()
         return top if c * 2 > len(votes) else None  # strict majority of all peers, ties unlabeled
 
-    def vote(self, answers: list[str | None]) -> Vote:
-        """The plurality vote of one voter's rollouts on one prompt, after the threshold and margin gates (a gated
-        vote has label None)."""
-        v = plurality_vote(answers, self.options.threshold)
-        if v.label is not None and self.options.margin is not None and vote_margin(answers) <= self.options.margin:
-            return Vote(label=None, count=0, n_valid=v.n_valid, n_total=v.n_total)
-        return v
-
     def votes(self, voters: dict[str, AgentRollouts]) -> dict[str, list[Vote]]:
         """agent -> [P] the vote of its rollouts in ``voters`` (label None: no vote passed the gates)."""
-        return {name: [self.vote(ans) for ans in ro.answers] for name, ro in voters.items()}
+        return {name: [plurality_vote(ans, self.options.threshold, self.options.margin) for ans in ro.answers]
+                for name, ro in voters.items()}
 
     def rewards(self, batch: RewardInput) -> dict[str, AgentRewards]:
         return self.rewards_from(batch, batch.rollouts)

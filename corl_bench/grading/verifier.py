@@ -423,11 +423,13 @@ class Vote:
         return self.count / self.n_total if self.n_total else 0.0
 
 
-def plurality_vote(answers: Sequence[Optional[str]], threshold: float = 0.0) -> Vote:
+def plurality_vote(answers: Sequence[Optional[str]], threshold: float = 0.0,
+                   margin: Optional[float] = None) -> Vote:
     """Plurality vote by exact string equality over the non-None answers.
 
     Ties go to the answer seen first in input order (``Counter.most_common`` is stable).  If the
-    winner's share of the valid answers ``count / n_valid`` is below ``threshold``, the label is
+    winner's share of the valid answers ``count / n_valid`` is below ``threshold``, or (``margin``
+    given) its lead over the second answer (:func:`vote_margin`) is not above ``margin``, the label is
     None and the count 0; ``n_valid`` and ``n_total`` are always reported.
     """
     n_total = len(answers)
@@ -436,7 +438,7 @@ def plurality_vote(answers: Sequence[Optional[str]], threshold: float = 0.0) -> 
     if not valid:
         return Vote(label=None, count=0, n_valid=0, n_total=n_total)
     label, count = Counter(valid).most_common(1)[0]
-    if count / n_valid < threshold:
+    if count / n_valid < threshold or (margin is not None and vote_margin(answers) <= margin):
         return Vote(label=None, count=0, n_valid=n_valid, n_total=n_total)
     return Vote(label=label, count=count, n_valid=n_valid, n_total=n_total)
 
