@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from corl_bench.method import (METHODS, AgentRewards, ExtraSample, Method, RewardInput, grouped_advantages,
@@ -83,14 +83,17 @@ class CoVerRLOptions:
 
 @dataclass(frozen=True)
 class _Check:
-    """One verifier turn: the prompt it answered, whether it checked the label's answer, and its reply."""
+    """One verifier turn: the prompt and rollout it checks, the verdict it should give, and (once generated) its
+    request, reply and parsed verdict."""
 
     prompt: int
     rollout: int
     target: str  # correct | wrong
     anchor: str  # the answer checked (the group of its advantage)
-    request: Any
-    completion: Any
+    request: Any = None
+    completion: Any = None
+    said: str = ""  # the reply's verdict (verdict())
+    formatted: bool = False  # whether the reply ended in the asked-for sentence
 
 
 @METHODS.register("coverrl")
@@ -132,26 +135,25 @@ class CoVerRL(Method):
             share = Counter(a for a in ans if a is not None)
             rare = min(other, key=lambda j: (ans[j] is None, share[ans[j]] if ans[j] is not None else 0, j))
             for j in agree[:v]:
-                checks.append(_Check(p, j, "correct", str(y), None, None))
-            checks += [_Check(p, rare, "wrong", str(ans[rare]), None, None)] * v
+                checks.append(_Check(p, j, "correct", str(y)))
+            checks += [_Check(p, rare, "wrong", str(ans[rare]))] * v
         requests = [batch.follow_up(name, batch.prompts[name][c.prompt], ro.completions[c.prompt][c.rollout],
                                     VERIFIER_PROMPT) for c in checks]
         replies = batch.generate(name, requests, "verify") if requests else []
-        checks = [_Check(c.prompt, c.rollout, c.target, c.anchor, q, r) for c, q, r in zip(checks, requests, replies)]
+        checks = [replace(c, request=q, completion=r, **dict(zip(("said", "formatted"), verdict(r.text))))
+                  for c, q, r in zip(checks, requests, replies)]
         dropped = set()
         for p in {c.prompt for c in checks}:
-            says = [verdict(c.completion.text)[0] for c in checks if c.prompt == p and c.target == "correct"]
+            says = [c.said for c in checks if c.prompt == p and c.target == "correct"]
             if says.count("wrong") >= says.count("correct"):
                 dropped.add(p)
         rewards = [[0.0] * len(ans) if p in dropped else [answer_reward(a, labels[p]) for a in ans]
                    for p, ans in enumerate(answers)]
         kept = [c for c in checks if c.prompt not in dropped]
-        extra, groups = [], []
-        for c in kept:
-            said, ok = verdict(c.completion.text)
-            extra.append(ExtraSample(c.request, c.completion, float(ok) + float(said == c.target), "verify"))
-            groups.append(("verify", c.prompt, c.anchor))
-        regen = [(i, c) for i, c in enumerate(kept) if verdict(c.completion.text) == ("wrong", True)]
+        extra = [ExtraSample(c.request, c.completion, float(c.formatted) + float(c.said == c.target), "verify")
+                 for c in kept]
+        groups: list[tuple] = [("verify", c.prompt, c.anchor) for c in kept]
+        regen = [(i, c) for i, c in enumerate(kept) if c.said == "wrong" and c.formatted]
         if opt.regenerations and regen:
             asks = [batch.follow_up(name, c.request, c.completion.text, REGENERATE_PROMPT) for _, c in regen]
             outs = batch.generate(name, [q for q in asks for _ in range(opt.regenerations)], "regenerate")
@@ -163,11 +165,10 @@ class CoVerRL(Method):
                     groups.append(("regenerate", i))
         self._groups[name] = groups
         n_prob = max(1, len(answers))
-        said = [verdict(c.completion.text) for c in checks]
         metrics = {"verified_fraction": len({c.prompt for c in checks}) / n_prob,
                    "dropped_fraction": len(dropped) / n_prob,
-                   "verifier_format": sum(ok for _, ok in said) / max(1, len(said)),
-                   "verifier_agreement": sum(s == c.target for (s, _), c in zip(said, checks)) / max(1, len(said)),
+                   "verifier_format": sum(c.formatted for c in checks) / max(1, len(checks)),
+                   "verifier_agreement": sum(c.said == c.target for c in checks) / max(1, len(checks)),
                    "extra_samples": float(len(extra))}
         return AgentRewards(rewards=rewards, pseudo_labels=[None if p in dropped else y for p, y in enumerate(labels)],
                             metrics=metrics, extra=extra)
