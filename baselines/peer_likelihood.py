@@ -70,16 +70,11 @@ class PeerLikelihood(Method):
             for peer in peers:
                 requests.setdefault(peer, []).extend(batch.prompts[peer][i] for i in range(n_prompts) for _ in range(k))
                 texts.setdefault(peer, []).extend(comps[i][j] for i in range(n_prompts) for j in range(k))
-        scores = batch.likelihood(requests, texts)
-        offset = {peer: 0 for peer in requests}
+        scores = {peer: iter(s) for peer, s in batch.likelihood(requests, texts).items()}  # read in the same order
         out = {}
         for student, peers in teachers.items():
-            total = [0.0] * (n_prompts * k)
-            for peer in peers:
-                part = scores[peer][offset[peer]: offset[peer] + n_prompts * k]
-                offset[peer] += n_prompts * k
-                total = [t + x for t, x in zip(total, part)]
-            flat = [t / len(peers) for t in total]
+            parts = [[next(scores[peer]) for _ in range(n_prompts * k)] for peer in peers]
+            flat = [sum(col) / len(peers) for col in zip(*parts)]
             rewards = [flat[i * k: (i + 1) * k] for i in range(n_prompts)]
             out[student] = AgentRewards(rewards=rewards, pseudo_labels=None,
                                         metrics={"peer_loglik": sum(flat) / max(1, len(flat))})
