@@ -422,7 +422,7 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
     say = Console() if Console().is_terminal else Console(width=160)  # a pipe or file gets whole rows
     if models[0] == "contamination":  # corl-bench probe contamination MODEL...
         _contamination(models[1:], benchmarks or benchmark, fractions, threshold, max_problems, max_new_tokens, out,
-                       data_dir, from_predictions, say)
+                       data_dir, from_predictions, chunk, say)
         return
     try:
         benchmark = _one_benchmark(benchmark, benchmarks)
@@ -448,7 +448,7 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
 
 def _contamination(models: list[str], benchmarks: Optional[str], fractions: str, threshold: float,
                    max_problems: Optional[int], cap: Optional[int], out: Optional[Path], data_dir: Optional[str],
-                   from_predictions: bool, say: Console) -> None:
+                   from_predictions: bool, chunk: int, say: Console) -> None:
     """``corl-bench probe contamination`` (:mod:`corl_bench.report.contamination`), one-line errors."""
     from corl_bench.report import contamination as cont
 
@@ -460,7 +460,7 @@ def _contamination(models: list[str], benchmarks: Optional[str], fractions: str,
         if cap is not None and cap < 1:
             raise ConfigError(f"--max-new-tokens must be >= 1 (got {cap}); the contamination probe's default is 256")
         settings = cont.ContaminationSettings(names, cont.parse_fractions(fractions), max_problems, threshold,
-                                              max_new_tokens_cap=cap or 256, data_dir=data_dir)
+                                              max_new_tokens_cap=cap or 256, data_dir=data_dir, batch=chunk)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()

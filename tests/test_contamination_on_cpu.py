@@ -101,10 +101,26 @@ def tiny(tmp_path_factory) -> str:
     return str(folder)
 
 
+def test_the_batched_engine_completer_equals_generate_one_prefix_at_a_time(tiny):
+    """The probe decodes batches of prefixes with the fast engine to the batch's largest budget and cuts each row to
+    its own: the same text as ``transformers``' ``generate`` run on each prefix alone at its budget."""
+    from corl_bench.models.load import load_model
+
+    model, tok = load_model(tiny)
+    pairs = [("Tom has 3 apples", " and buys 5 more."), ("What is", " 17 + 26? Answer with a number only, please"),
+             ("A train leaves the station at 9 and", " travels"), ("x", " y z")]
+    batched, budget = cont.engine_completer(model, tok, slack=3, cap=12)
+    single, same_budget = cont.hf_completer(model, tok, slack=3, cap=12)
+    assert [budget(r) for _, r in pairs] == [same_budget(r) for _, r in pairs]
+    assert len({budget(r) for _, r in pairs}) > 1  # the rows' budgets differ: the cut matters
+    assert batched(pairs) == single(pairs)
+    assert batched([]) == []
+
+
 def test_a_tiny_model_through_the_cli_and_resume(tiny, tmp_path, monkeypatch):
     out = tmp_path / "cont"
     args = ["probe", "contamination", tiny, "-b", "micro-test", "--max-problems", "3", "--fractions", "0.5,0.8",
-            "--max-new-tokens", "8", "--out", str(out)]
+            "--max-new-tokens", "8", "--chunk", "4", "--out", str(out)]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     path = out / "tiny-qwen2-bpe" / "micro-test.jsonl"
@@ -145,6 +161,7 @@ def test_bad_input_is_one_line():
              (["probe", "contamination", "qwen2-bpe", "-b", "nonesuch"], "nonesuch"),
              (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--fractions", "0.5,1.5"], "(0, 1)"),
              (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--threshold", "2"], "--threshold"),
+             (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--chunk", "0"], "--chunk"),
              (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--from-predictions"], "--from-predictions")]
     for args, text in cases:
         r = CliRunner().invoke(app, args)
@@ -159,7 +176,7 @@ def test_a_reciting_model_is_flagged_and_named_in_the_table_footer(tmp_path, mon
 
     def reciter(m, settings):  # the test double: returns the true remainder of every prefix
         calls.append(m.label)
-        return (lambda prefix, rest: rest), (lambda rest: 8)
+        return (lambda pairs: [rest for _, rest in pairs]), (lambda rest: 8)
 
     monkeypatch.setattr(cont, "load_completer", reciter)
     results = tmp_path / "results"

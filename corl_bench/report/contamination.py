@@ -8,7 +8,10 @@ Protocol, per model, benchmark and problem (the first ``max_problems`` of the be
 * the problem's text (an item's ``problem``; a generated suite's item: its own prompt in the original wording) is
   cut by :func:`split_prefix` at 40 / 60 / 80 % of its characters (``fractions``);
 * the model greedily continues the **raw prefix** (plain text, no chat template: a completion test) for
-  ``min(cap, tokens(rest) + slack)`` new tokens (``slack`` 8, ``cap`` 256);
+  ``min(cap, tokens(rest) + slack)`` new tokens (``slack`` 8, ``cap`` 256), ``batch`` prefixes at a time through
+  the project's ``fast`` engine (:func:`engine_completer`: each row decoded to the batch's largest budget, then cut
+  to its own; greedy is a prefix property, so the cut equals a run at that budget), remainders of similar length
+  batched together;
 * each row records :func:`exact_completion` (the remainder reproduced exactly, whitespace-normalised) and
   :func:`rouge_l` (ROUGE-L F1 over whitespace tokens of the completion, clipped to the remainder's word count, so the
   slack tokens do not count against it);
@@ -49,14 +52,16 @@ log = logging.getLogger(__name__)
 REPORT, REPORT_MD, IDENTITY = "contamination.json", "contamination.md", "model.json"
 RECITES, NO, UNMEASURED = "recites", "no", "unmeasured"
 PAPER = "arXiv 2507.10532"
-Complete = Callable[[str, str], str]
-"""``(prefix, rest) -> completion``: greedy continuation of ``prefix``; ``rest`` only sets the token budget."""
+Complete = Callable[[Sequence[tuple[str, str]]], list[str]]
+"""``[(prefix, rest), ...] -> [completion, ...]``: greedy continuation of each ``prefix`` (one batch);
+``rest`` only sets that row's token budget."""
 
 
 @dataclass(frozen=True)
 class ContaminationSettings:
     """What the probe runs: benchmarks, prefix fractions (each in (0, 1)), the first ``max_problems`` (None = all),
-    the flag ``threshold`` on the exact rate at ``flag_fraction``, the token budget ``min(cap, rest + slack)``."""
+    the flag ``threshold`` on the exact rate at ``flag_fraction``, the token budget ``min(cap, rest + slack)``, and
+    ``batch`` prefixes per generation batch (rows are stored after each batch)."""
 
     benchmarks: tuple[str, ...] = ("gsm8k", "math500")
     fractions: tuple[float, ...] = (0.4, 0.6, 0.8)
@@ -66,6 +71,7 @@ class ContaminationSettings:
     slack_tokens: int = 8
     max_new_tokens_cap: int = 256
     data_dir: Optional[str] = None
+    batch: int = 32
 
 
 # ---------------------------------------------------------------------------------------------- pure scoring
@@ -196,6 +202,8 @@ def check_settings(settings: ContaminationSettings, models: Sequence[str]) -> li
         raise ConfigError("pass benchmarks with --benchmarks/-b, e.g. -b gsm8k,math500")
     if not 0 <= settings.threshold <= 1:
         raise ConfigError(f"--threshold must be in [0, 1] (got {settings.threshold}); the default is 0.10")
+    if settings.batch < 1:
+        raise ConfigError(f"--chunk (prefixes per generation batch) must be >= 1 (got {settings.batch})")
     if settings.max_problems is not None and settings.max_problems < 1:
         raise ConfigError(f"--max-problems must be >= 1 (got {settings.max_problems})")
     parse_fractions(",".join(map(str, settings.fractions)))
@@ -218,16 +226,20 @@ def problem_text(item: Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- generation
+def _budget(tok: Any, slack: int, cap: int) -> Callable[[str], int]:
+    """``budget(rest) = min(cap, tokens(rest) + slack)``, the remainder tokenised without special tokens."""
+    return lambda rest: min(cap, len(tok(rest, add_special_tokens=False)["input_ids"]) + slack)
+
+
 def hf_completer(model: Any, tok: Any, *, slack: int = 8, cap: int = 256) -> tuple[Complete, Callable[[str], int]]:
-    """``(complete, budget)`` over a transformers model: ``budget(rest) = min(cap, tokens(rest) + slack)``; ``complete``
-    tokenises the prefix as the tokenizer does by default (its special tokens, e.g. <bos>), runs ``model.generate``
-    greedy for that budget and decodes the new tokens without special tokens."""
+    """``(complete, budget)`` over ``transformers``' ``generate``, one prefix at a time: the reference that
+    :func:`engine_completer` is tested against. The prefix is tokenised as the tokenizer does by default (its special
+    tokens, e.g. <bos>); greedy for ``budget(rest)`` tokens; the new tokens decoded without special tokens."""
     import torch
 
-    def budget(rest: str) -> int:
-        return min(cap, len(tok(rest, add_special_tokens=False)["input_ids"]) + slack)
+    budget = _budget(tok, slack, cap)
 
-    def complete(prefix: str, rest: str) -> str:
+    def one(prefix: str, rest: str) -> str:
         enc = tok(prefix, return_tensors="pt")
         ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
         with torch.no_grad():
@@ -235,15 +247,37 @@ def hf_completer(model: Any, tok: Any, *, slack: int = 8, cap: int = 256) -> tup
                                  pad_token_id=tok.pad_token_id)
         return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
+    return (lambda pairs: [one(p, r) for p, r in pairs]), budget
+
+
+def engine_completer(model: Any, tok: Any, *, slack: int = 8, cap: int = 256,
+                     backend: str = "fast") -> tuple[Complete, Callable[[str], int]]:
+    """``(complete, budget)`` over a rollout engine (default ``fast``, the one ``corl-bench eval`` decodes text
+    with): a batch of raw prefixes (tokenised with the tokenizer's special tokens, as :func:`hf_completer`) decoded
+    greedily to the batch's largest budget; each row's tokens are then cut to its own ``budget(rest)`` and decoded
+    without special tokens. Greedy decoding is a prefix property, so the cut equals a run at that budget."""
+    from corl_bench.rollout import Request, SamplingParams, make_engine
+
+    budget = _budget(tok, slack, cap)
+    engine = make_engine(backend, model, tok)
+
+    def complete(pairs: Sequence[tuple[str, str]]) -> list[str]:
+        if not pairs:
+            return []
+        budgets = [budget(rest) for _, rest in pairs]
+        params = SamplingParams(n=1, greedy=True, max_new_tokens=max(budgets), logprobs=False)
+        outs = engine.generate([Request(text=prefix) for prefix, _ in pairs], params)
+        return [tok.decode(list(out[0].token_ids[:b]), skip_special_tokens=True) for out, b in zip(outs, budgets)]
+
     return complete, budget
 
 
 def load_completer(m: ProbeModel, settings: ContaminationSettings) -> tuple[Complete, Callable[[str], int]]:
-    """:func:`hf_completer` of a probe model loaded by :func:`corl_bench.models.load.load_model`."""
+    """:func:`engine_completer` of a probe model loaded by :func:`corl_bench.models.load.load_model`."""
     from corl_bench.models.load import load_model
 
     model, tok = load_model(m.ref)
-    return hf_completer(model, tok, slack=settings.slack_tokens, cap=settings.max_new_tokens_cap)
+    return engine_completer(model, tok, slack=settings.slack_tokens, cap=settings.max_new_tokens_cap)
 
 
 def _stored(path: Path) -> list[dict[str, Any]]:
@@ -304,16 +338,23 @@ def probe_contamination(models: Sequence[str], settings: ContaminationSettings, 
             have = {(str(r["id"]), _key(r["fraction"])) for r in _stored(path)}
             todo = [(it, f) for it in items[spec.name] for f in settings.fractions if (it.id, _key(f)) not in have]
             report(f"{m.label} / {spec.name}: {len(todo)} completions to generate ({len(have)} stored in {path})")
+            cut = []
             for it, f in todo:
                 prefix, rest = split_prefix(problem_text(it), f)
                 if not prefix:
                     log.warning("%s: no word boundary before %g of the text; skipped", it.id, f)
                     continue
+                cut.append((it, f, prefix, rest))
+            cut.sort(key=lambda c: (len(c[3]), len(c[2])))  # similar budgets share a batch: little decoded past one
+            for i in range(0, len(cut), settings.batch):
                 loaded = loaded or completer(m, settings)
                 complete, budget = loaded
-                gold = it.gold if spec.grader == "math" and _key(f) == _key(settings.flag_fraction) else None
-                append_jsonl(path, [score_row(it.id, f, prefix, rest, complete(prefix, rest), gold=gold,
-                                              max_new_tokens=budget(rest))])
+                part = cut[i: i + settings.batch]
+                texts = complete([(prefix, rest) for _, _, prefix, rest in part])
+                append_jsonl(path, [score_row(it.id, f, prefix, rest, text, max_new_tokens=budget(rest),
+                                              gold=it.gold if spec.grader == "math"
+                                              and _key(f) == _key(settings.flag_fraction) else None)
+                                    for (it, f, prefix, rest), text in zip(part, texts)])
             ids = {it.id for it in items[spec.name]}
             rows = list({(str(r["id"]), _key(r["fraction"])): r for r in reversed(_stored(path))
                          if str(r["id"]) in ids}.values())  # one row per (problem, fraction): the first stored
