@@ -207,3 +207,19 @@ def test_a_reciting_model_is_flagged_and_named_in_the_table_footer(tmp_path, mon
     assert r.exit_code == 0 and "micro-test‡" in r.output, r.output
     r = CliRunner().invoke(app, ["table", "-r", str(results), "--contamination", str(tmp_path / "missing.json")])
     assert r.exit_code == 2 and "not a readable contamination report" in r.output
+
+
+def test_summary_table_by_hand():
+    def res(model, bench, k, n, flagged):
+        stats = [{"fraction": 0.4, "n": n, "exact": {"k": n, "rate": 1.0, "ci95": [0, 1]}},
+                 {"fraction": 0.8, "n": n, "exact": {"k": k, "rate": k / n, "ci95": [0, 1]}}]
+        return {"model": model, "benchmark": bench, "fractions": stats, "flag": flagged}
+
+    data = {"settings": {"flag_fraction": 0.8}, "models": [{"label": "m1"}, {"label": "m2"}],
+            "results": [res("m1", "gsm8k", 0, 40, "no"), res("m1", "math500", 9, 40, "recites"),
+                        res("m2", "math500", 1, 40, "no")]}
+    assert cont.summary_table(data) == (
+        "| exact from the 80 % prefix | gsm8k | math500 |\n"
+        "|---|---:|---:|\n"
+        "| m1 | 0/40 (0 %) | **9/40 (22 %)** |\n"
+        "| m2 | – | 1/40 (2 %) |\n")

@@ -397,6 +397,7 @@ def markdown(data: dict[str, Any]) -> str:
              f"problem's text (no chat template; budget min({s['max_new_tokens_cap']}, remainder tokens + "
              f"{s['slack_tokens']})). Flag: `recites` when exact completions at {100 * s['flag_fraction']:g} % >= "
              f"{100 * s['threshold']:g} %.", "",
+             summary_table(data),
              "| model | benchmark | prefix | n | exact % [95 % CI] | ROUGE-L | answered correctly % [95 % CI] | flag |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
     for res in data["results"]:
@@ -404,6 +405,26 @@ def markdown(data: dict[str, Any]) -> str:
             rl = "–" if st["rouge_l"] is None else f"{st['rouge_l']:.3f}"
             lines.append(f"| {res['model']} | {res['benchmark']} | {100 * st['fraction']:g} % | {st['n']} | "
                          f"{_pct(st['exact'])} | {rl} | {_pct(st['answered_correct'])} | {res['flag']} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(data: dict[str, Any]) -> str:
+    """One row per model, one column per benchmark: exact completions from the flag fraction's prefix as
+    ``k/n (rate %)``, **bold** where the pair is flagged ``recites``; ``–`` where the pair was not probed. The
+    README's contamination table is this text (a test compares them)."""
+    s = data["settings"]
+    models = [m["label"] for m in data["models"]]
+    benches = list(dict.fromkeys(r["benchmark"] for r in data["results"]))
+    cell = {}
+    for res in data["results"]:
+        at = next((st for st in res["fractions"] if _key(st["fraction"]) == _key(s["flag_fraction"])), None)
+        if at is None or not at["n"]:
+            continue
+        text = f"{at['exact']['k']}/{at['n']} ({100 * at['exact']['rate']:.0f} %)"
+        cell[res["model"], res["benchmark"]] = f"**{text}**" if res["flag"] == RECITES else text
+    lines = [f"| exact from the {100 * s['flag_fraction']:g} % prefix | " + " | ".join(benches) + " |",
+             "|---|" + "---:|" * len(benches)]
+    lines += [f"| {m} | " + " | ".join(cell.get((m, b), "–") for b in benches) + " |" for m in models]
     return "\n".join(lines) + "\n"
 
 
