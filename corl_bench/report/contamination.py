@@ -168,10 +168,15 @@ def aggregate(rows: Sequence[dict[str, Any]], fractions: Sequence[float]) -> lis
 def flag(stats: Sequence[dict[str, Any]], threshold: float, flag_fraction: float = 0.8) -> str:
     """:data:`RECITES` when the exact rate at ``flag_fraction`` is >= ``threshold``, :data:`NO` below it,
     :data:`UNMEASURED` when that fraction has no rows."""
-    at = next((s for s in stats if _key(s["fraction"]) == _key(flag_fraction) and s["n"]), None)
+    at = measured_at(stats, flag_fraction)
     if at is None:
         return UNMEASURED
     return RECITES if at["exact"]["rate"] >= threshold else NO
+
+
+def measured_at(stats: Sequence[dict[str, Any]], fraction: float) -> Optional[dict[str, Any]]:
+    """The stats of ``fraction`` (one entry of :func:`aggregate`), or None when it has no rows."""
+    return next((st for st in stats if _key(st["fraction"]) == _key(fraction) and st["n"]), None)
 
 
 def _key(fraction: float) -> float:
@@ -250,16 +255,15 @@ def hf_completer(model: Any, tok: Any, *, slack: int = 8, cap: int = 256) -> tup
     return (lambda pairs: [one(p, r) for p, r in pairs]), budget
 
 
-def engine_completer(model: Any, tok: Any, *, slack: int = 8, cap: int = 256,
-                     backend: str = "fast") -> tuple[Complete, Callable[[str], int]]:
-    """``(complete, budget)`` over a rollout engine (default ``fast``, the one ``corl-bench eval`` decodes text
-    with): a batch of raw prefixes (tokenised with the tokenizer's special tokens, as :func:`hf_completer`) decoded
-    greedily to the batch's largest budget; each row's tokens are then cut to its own ``budget(rest)`` and decoded
+def engine_completer(model: Any, tok: Any, *, slack: int = 8, cap: int = 256) -> tuple[Complete, Callable[[str], int]]:
+    """``(complete, budget)`` over the ``fast`` rollout engine (the one ``corl-bench eval`` decodes text with): a
+    batch of raw prefixes (tokenised with the tokenizer's special tokens, as :func:`hf_completer`) decoded greedily
+    to the batch's largest budget; each row's tokens are then cut to its own ``budget(rest)`` and decoded
     without special tokens. Greedy decoding is a prefix property, so the cut equals a run at that budget."""
     from corl_bench.rollout import Request, SamplingParams, make_engine
 
     budget = _budget(tok, slack, cap)
-    engine = make_engine(backend, model, tok)
+    engine = make_engine("fast", model, tok)
 
     def complete(pairs: Sequence[tuple[str, str]]) -> list[str]:
         if not pairs:
@@ -417,8 +421,8 @@ def summary_table(data: dict[str, Any]) -> str:
     benches = list(dict.fromkeys(r["benchmark"] for r in data["results"]))
     cell = {}
     for res in data["results"]:
-        at = next((st for st in res["fractions"] if _key(st["fraction"]) == _key(s["flag_fraction"])), None)
-        if at is None or not at["n"]:
+        at = measured_at(res["fractions"], s["flag_fraction"])
+        if at is None:
             continue
         text = f"{at['exact']['k']}/{at['n']} ({100 * at['exact']['rate']:.0f} %)"
         cell[res["model"], res["benchmark"]] = f"**{text}**" if res["flag"] == RECITES else text
