@@ -244,7 +244,10 @@ class MemoryConfig:
     autocast: str = "off"
     """``bfloat16``: mixed precision as TRL and verl train on GPUs: weights, gradients and AdamW state stay fp32
     (``model.dtype=float32``), the training and scoring forward passes run under ``torch.autocast`` in bf16
-    (log-softmax and entropy in fp32). ``off`` (default): every forward in the parameters' dtype"""
+    (log-softmax and entropy in fp32). ``off`` (default): every forward in the parameters' dtype. ``auto``: bf16 where
+    the CPU has bf16 instructions and a bf16 matrix product measured faster (or the GPU supports bf16), off elsewhere
+    (:mod:`corl_bench.train.precision`; resolved once, written into the resolved config; with the fast engine it
+    also decodes with a bf16 copy unless ``rollout.engine_options.dtype`` is set)"""
     keep_host_memory: bool = True
     """keep freed CPU memory in the process for reuse during a run (glibc: no mmap / no trimming,
     ``corl_bench.hostmem``): the large tensors of every step stop page-faulting; same results, the process holds
@@ -261,7 +264,7 @@ class MemoryConfig:
         _check(len(self.lora_targets) > 0 and all(t.strip() for t in self.lora_targets),
                "memory.lora_targets is empty; set memory.lora_targets=[all-linear] or module names like "
                "[q_proj,v_proj]")
-        _check(self.autocast in ("off", "bfloat16"), f"memory.autocast must be off or bfloat16 (got "
+        _check(self.autocast in ("off", "bfloat16", "auto"), f"memory.autocast must be off, bfloat16 or auto (got "
                f"{self.autocast!r}); set memory.autocast=off")
         _check(not (self.shared_prefix and (self.logit_chunk or self.gradient_checkpointing)),
                "memory.shared_prefix cannot be combined with memory.logit_chunk or memory.gradient_checkpointing; "

@@ -45,9 +45,46 @@ def test_a_bf16_engine_decodes_with_a_bf16_copy_refreshed_after_every_update_on_
         # after the update the copy holds the trainer's new weights, cast
         for (name, p), q in zip(agent.model.named_parameters(), engine.model.parameters()):
             assert torch.equal(q, p.detach().to(torch.bfloat16)), name
-    # and decodes as a fresh engine on a bf16 cast of the trained module does
-    reference = make_engine("fast", copy.deepcopy(agent.model).to(torch.bfloat16), tok)
-    assert _greedy(engine) == _greedy(reference)
+    # and decodes as a fresh engine on a bf16 cast of the trained module, with eager attention, does
+    cast = copy.deepcopy(agent.model).to(torch.bfloat16)
+    cast.set_attn_implementation("eager")
+    assert _greedy(engine) == _greedy(make_engine("fast", cast, tok))
+
+
+def test_a_bf16_copy_attends_eagerly_and_its_lm_head_reads_a_contiguous_input_on_cpu(tiny_qwen) -> None:
+    """The two CPU traps of a bf16 copy: PyTorch's CPU SDPA kernel is ~3x slower in bf16 than fp32 (the copy uses
+    eager attention; the trainer keeps its own), and a strided (B, 1, H) input to the LM head makes ``linear``
+    broadcast the weight into a ``bmm`` whose oneDNN allocation can fail and switch oneDNN off for the process
+    (the copy's head gets a contiguous input, and oneDNN is on after generating)."""
+    model, tok = tiny_qwen
+    agent = _agent(model, tok, dtype="bfloat16")
+    engine = agent.engines[POLICY]
+    assert engine.model.config._attn_implementation == "eager"
+    assert agent.model.config._attn_implementation == model.config._attn_implementation
+    seen = []
+    engine.model.get_output_embeddings().register_forward_hook(lambda m, args, out: seen.append(args[0]))
+    assert torch.backends.mkldnn.enabled
+    agent.generate(PROMPTS, SamplingParams(n=2, temperature=1.0, max_new_tokens=4, seed=1))
+    assert seen and all(x.is_contiguous() for x in seen)
+    assert torch.backends.mkldnn.enabled
+
+
+def test_a_generation_that_switched_onednn_off_turns_it_back_on_with_a_warning_on_cpu(tiny_qwen, caplog) -> None:
+    model, tok = tiny_qwen
+    agent = _agent(model, tok, dtype="bfloat16")
+    engine = agent.engines[POLICY]
+
+    def fail_like_pytorch(module, args):  # what PyTorch's fallback does after a failed oneDNN product
+        torch.backends.mkldnn.enabled = False
+
+    handle = engine.model.register_forward_pre_hook(fail_like_pytorch)
+    try:
+        agent.generate(PROMPTS[:1], SamplingParams(n=1, greedy=True, max_new_tokens=2))
+    finally:
+        handle.remove()
+        on = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = True
+    assert on and "turned oneDNN off" in caplog.text
 
 
 def test_the_default_and_a_same_dtype_engine_decode_with_the_agents_own_module_on_cpu(tiny_qwen) -> None:

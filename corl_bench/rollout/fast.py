@@ -38,6 +38,7 @@ sampling temperature, as the ``hf`` backend reports them.
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any, Sequence
 
 import torch
@@ -46,6 +47,7 @@ from corl_bench.rollout.base import Completion, InProcessEngine, SamplingParams
 from corl_bench.rollout.request import Prompt
 from corl_bench.rollout.kvcache import growing_cache
 
+log = logging.getLogger(__name__)
 _TOPK = 256
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _COMPACT_AT = 0.25  # drop finished rows once this share of the batch has finished
@@ -120,6 +122,21 @@ def _common_prefix(enc: dict[str, Any]) -> int:
     return shortest if bool(same.all()) else int((~same).nonzero()[0, 0])
 
 
+def _contiguous_head(model: Any) -> None:
+    """Give the LM head of a bf16 / fp16 copy a contiguous input.
+
+    With ``logits_to_keep=1`` the head reads ``hidden[:, -1:, :]``, a strided (B, 1, H) view; ``torch.nn.functional
+    .linear`` cannot fold that into one matrix product and calls ``bmm`` with the weight broadcast B times, which in
+    bf16 goes to oneDNN, which asks for the broadcast weight as one block (Gemma-3: 96 x 262 144 x 640 x 2 bytes =
+    32 GB). The allocation fails, PyTorch falls back and *turns oneDNN off for the whole process* (pytorch PR
+    #115936's fallback: ``setUserEnabledMkldnn(false)``), so every later bf16 matrix product takes the reference
+    path, about 10x slower here. A contiguous input is one ``mm``: the same numbers, no broadcast. Not applied to
+    fp32 modules (their ``bmm`` is BLAS, and their results stay what they were)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        head.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]))
+
+
 class FastEngine(InProcessEngine):
     """Rollouts with shared prefill and batch compaction (same interface as ``HFEngine``)."""
 
@@ -139,6 +156,9 @@ class FastEngine(InProcessEngine):
             if want != next(model.parameters()).dtype:
                 self.model = copy.deepcopy(model).to(want).requires_grad_(False)
                 self._copy = True
+                _contiguous_head(self.model)
+                if want != torch.float32 and hasattr(self.model, "set_attn_implementation"):
+                    self.model.set_attn_implementation("eager")  # PyTorch's CPU SDPA is ~3x slower in bf16
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.grow_cache = grow_cache
@@ -170,6 +190,7 @@ class FastEngine(InProcessEngine):
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         was_training = self.model.training
         self.model.eval()
+        onednn = torch.backends.mkldnn.enabled
         per_chunk = max(1, self.max_batch // params.n)
         out: list[list[Completion]] = []
         try:
@@ -179,6 +200,10 @@ class FastEngine(InProcessEngine):
                     out.extend(self._generate_chunk(list(prompts[i: i + per_chunk]), params))
         finally:
             self.model.train(was_training)
+            if onednn and not torch.backends.mkldnn.enabled:  # a failed oneDNN call switched it off process-wide
+                log.warning("PyTorch turned oneDNN off during generation (a bf16 matrix product failed); turned it "
+                            "back on, or every later bf16 product runs ~10x slower")
+                torch.backends.mkldnn.enabled = True
         return out
 
     def _generate_chunk(self, prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:

@@ -104,6 +104,9 @@ def autocast(setting: str, model: Any) -> Any:
     their memory). The log-softmax and entropy of :mod:`corl_bench.train.grpo` upcast to fp32. ``off``: a no-op."""
     if setting == "off":
         return contextlib.nullcontext()
+    if setting != "bfloat16":
+        raise ValueError(f"memory.autocast={setting} reached training unresolved; resolve the config first "
+                         "(corl_bench.train.runner.resolve decides what auto means on this machine)")
     return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16, cache_enabled=False)
 
 

@@ -127,6 +127,9 @@ def resolve(cfg: Config) -> Plan:
     refilled = any(n.startswith("eval.benchmarks=") for n in filled)  # the profile chose again (hf on a CPU)
     notes = ([f"eval.benchmarks={list(defaults)} (its default suites; eval.benchmarks was not set)"]
              if filled_benchmarks and not refilled else []) + list(filled)
+    if cfg.memory.autocast == "auto":  # the machine decides, once, and the resolved config says what it chose
+        cfg, why = _resolve_autocast(cfg)
+        notes.append(why)
     method_cls.check_cohort(cohort.agents, cohort.name)
     _check_paper_row(cohort)
     options = method_cls.parse_options(cfg.method.options)
@@ -162,6 +165,23 @@ def resolve(cfg: Config) -> Plan:
     profile_cls(cfg.model).check_writable([a.family for a in cohort.agents])
     notes = [*notes, *profile_cls.check_memory(cfg, method_cls)]  # does a step fit the devices
     return Plan(cfg, method_cls, options, tuple(notes))
+
+
+def _resolve_autocast(cfg: Config) -> tuple[Config, str]:
+    """``memory.autocast=auto`` -> bfloat16 or off (:func:`corl_bench.train.precision.choose` on the agents' device);
+    with bf16 and the fast engine, its decoding copy in bf16 too unless ``rollout.engine_options.dtype`` is set.
+    Returns the config and the note that says which and why."""
+    from corl_bench.train.precision import choose
+
+    choice = choose(cfg.model.device, threads=cfg.model.threads)
+    cfg = cfg.replace(memory=dataclasses.replace(cfg.memory, autocast=choice.autocast))
+    note = f"memory.autocast={choice.autocast} (auto: {choice.reason})"
+    options = dict(cfg.rollout.engine_options or {})
+    if choice.autocast == "bfloat16" and cfg.rollout.backend == "fast" and "dtype" not in options \
+            and cfg.model.dtype == "float32":
+        cfg = cfg.replace(rollout=dataclasses.replace(cfg.rollout, engine_options={**options, "dtype": "bfloat16"}))
+        note += "; rollout.engine_options.dtype=bfloat16 (the fast engine decodes with a bf16 copy)"
+    return cfg, note
 
 
 def _check_extractor(name: str) -> None:
