@@ -71,6 +71,14 @@ def _setup(model: str, threads: int, backend: str = "fast", extra: Sequence[str]
     return plan, cfg, profile
 
 
+def _machine() -> dict:
+    """The CPU model, its instruction sets (AVX2 / AVX-512 / bf16 / AMX), cores, torch threads, 1-minute load."""
+    sys.path.insert(0, str(ROOT))
+    from corl_bench.train.precision import machine_facts
+
+    return machine_facts()
+
+
 def _rss_gib() -> float:
     import resource
 
@@ -365,7 +373,8 @@ def main() -> int:
     report: dict = {"environment": {"python": platform.python_version(), "machine": platform.processor() or
                                     platform.machine(), "cpus": os.cpu_count(), "threads": args.threads,
                                     "torch": torch.__version__, "transformers": transformers.__version__,
-                                    "trl": trl_version, "date": time.strftime("%Y-%m-%d %H:%M")},
+                                    "trl": trl_version, "date": time.strftime("%Y-%m-%d %H:%M"),
+                                    **_machine()},
                     "settings": SETTINGS, "repeats": args.repeats, "steps": args.steps, "same_heap": args.same_heap,
                     "precision": args.precision,
                     "rows": {}}
@@ -394,6 +403,7 @@ def main() -> int:
                 res = _vllm_row(args, tmp)
             smol = (f" --smol-repeats {args.smol_repeats} --smol-steps {args.smol_steps}"
                     if row.endswith("-smol") else "")
+            res["machine"] = _machine()  # CPU, instruction sets, threads and load as this row finished
             res["command"] = base + row + smol + (" --rerun-eval" if row == "eval" and args.rerun_eval else "") + (
                 " --rerun-vllm" if row == "vllm" and args.rerun_vllm else "")
             if res.get("stored"):  # a stored measurement: the command that made it

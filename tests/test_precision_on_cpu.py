@@ -74,3 +74,19 @@ def test_machine_facts_name_the_cpu_and_its_instruction_sets_on_cpu() -> None:
     facts = precision.machine_facts()
     assert facts["cpu"] and isinstance(facts["isa"], list) and facts["torch_threads"] >= 1
     assert set(facts["isa"]) <= set(precision.ISA_FLAGS)
+
+
+def test_the_mixed_precision_sweep_is_the_real_study_plus_autocast_on_cpu() -> None:
+    """sweeps/real-study-bf16.yaml must stay the real study's settings with memory.autocast=auto and a subset of its
+    cells, or its verdicts would not test precision alone."""
+    from pathlib import Path
+
+    import yaml
+
+    sweeps = Path(__file__).resolve().parent.parent / "sweeps"
+    fp32 = yaml.safe_load((sweeps / "real-study.yaml").read_text())
+    bf16 = yaml.safe_load((sweeps / "real-study-bf16.yaml").read_text())
+    assert bf16["set"].pop("memory.autocast") == "auto"
+    assert bf16["set"] == fp32["set"] and bf16["seeds"] == fp32["seeds"]
+    assert bf16["cells"] and all(c in fp32["cells"] for c in bf16["cells"])
+    assert bf16["keep"] != fp32["keep"] and bf16["output_dir"] != fp32["output_dir"]
