@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from corl_bench.rollout import SamplingParams, make_engine
-from corl_bench.rollout.fast import _sample
+from corl_bench.rollout.fast import _MIN_SHARED, _common_prefix, _sample
 from corl_bench.rollout.kvcache import GrowingLayer, growing_cache
 from tests.conftest import build_tiny
 
@@ -62,16 +62,52 @@ def test_fast_engine_draws_the_same_tokens_with_either_cache(family):
         assert [[c.text for c in r] for r in grown] == [[c.text for c in r] for r in plain]
 
 
-def test_models_with_sliding_window_layers_keep_their_own_cache():
+def test_sliding_window_models_grow_in_place_only_when_the_generation_fits_the_window():
     from types import SimpleNamespace
 
     def model(**cfg):
         return SimpleNamespace(config=SimpleNamespace(num_hidden_layers=2, is_encoder_decoder=False, **cfg))
 
-    assert growing_cache(model(layer_types=["full_attention", "sliding_attention"]), reserve=8) is None
+    mixed = model(layer_types=["full_attention", "sliding_attention"], sliding_window=512)
+    assert growing_cache(mixed, reserve=8) is None  # no limit: the window could be reached
+    assert growing_cache(mixed, reserve=8, limit=512) is None
+    assert growing_cache(mixed, reserve=8, limit=511) is not None
     assert growing_cache(model(sliding_window=4096), reserve=8) is None
+    assert growing_cache(model(sliding_window=4096), reserve=8, limit=200) is not None
     assert growing_cache(model(sliding_window=4096, use_sliding_window=False), reserve=8) is not None
+    assert growing_cache(model(layer_types=["full_attention", "linear_attention"]), reserve=8, limit=9) is None
     assert growing_cache(SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=True)), reserve=8) is None
+
+
+def _tiny_gemma3(vocab: int, window: int):
+    """A random Gemma-3 text model (sliding and full layers, as Gemma-3-270M interleaves them) on a micro vocabulary."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                           num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=window,
+                           layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                           max_position_embeddings=256)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_a_sliding_window_model_draws_the_same_tokens_with_either_cache_inside_its_window(prefix_cache):
+    _, tok = build_tiny("qwen2-bpe")
+    model = _tiny_gemma3(len(tok), window=128)
+    head = "Question: Ava has 12 coins and 3 friends; each friend gives her 2 more coins. "  # a shared head
+    prompts = [head + "How many?\n", head + "Tom has 40 apples.\n", head + "7+"]
+    for params in (SamplingParams(n=3, temperature=0.9, max_new_tokens=20, seed=5, stop=("=",)),
+                   SamplingParams(n=1, greedy=True, max_new_tokens=24)):
+        enc = tok(prompts, padding=True)
+        assert len(enc["input_ids"][0]) + params.max_new_tokens < 128  # inside the window: the growing cache
+        assert not prefix_cache or _common_prefix(tok(prompts, padding=True, return_tensors="pt")) >= _MIN_SHARED
+        grown = make_engine("fast", model, tok, prefix_cache=prefix_cache).generate(prompts, params)
+        plain = make_engine("fast", model, tok, prefix_cache=prefix_cache, grow_cache=False).generate(prompts,
+                                                                                                       params)
+        assert [[(c.token_ids, c.logprobs) for c in r] for r in grown] == \
+            [[(c.token_ids, c.logprobs) for c in r] for r in plain]
+    assert growing_cache(model, reserve=8, limit=128) is None  # a longer one keeps the model's own cache
 
 
 def _hf_nucleus(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:

@@ -13,9 +13,11 @@ filled (or ``reserve``).
 What attention computes is unchanged: the same key and value numbers, in the same order, read through a strided
 view instead of a fresh contiguous tensor (tests compare the tokens of both caches).
 
-Only models whose every layer is full attention get this cache (:func:`growing_cache` returns ``None`` otherwise,
-and for ``transformers`` versions without the layered ``Cache`` API): sliding-window and linear-attention layers
-keep their own cache classes.
+Models whose every layer is full attention get this cache; so do models with sliding-window layers (Gemma-3) when
+the whole generation fits inside the window (``limit`` < ``sliding_window``): until the window is reached a sliding
+layer keeps every token and its mask is the causal one, so the same keys, values and mask reach attention (tests
+compare the tokens of both caches). Otherwise :func:`growing_cache` returns ``None`` and the model keeps its own cache
+class (a generation longer than the window, linear-attention layers, ``transformers`` without layered caches).
 """
 
 from __future__ import annotations
@@ -139,8 +141,10 @@ def growing_cache(model: Any, *, reserve: int, limit: int | None = None) -> Any:
     types = getattr(text, "layer_types", None)
     if not isinstance(n, int) or n < 1:
         return None
-    if types is not None and any(t != "full_attention" for t in types):
+    if types is not None and any(t not in ("full_attention", "sliding_attention") for t in types):
         return None
-    if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+    window = getattr(text, "sliding_window", None)
+    sliding = "sliding_attention" in (types or ()) or (window and getattr(text, "use_sliding_window", True))
+    if sliding and not (window and limit is not None and limit < window):  # the window would be reached
         return None
     return GrowingCache(n, reserve=reserve, limit=limit)
