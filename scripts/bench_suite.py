@@ -79,7 +79,6 @@ def _setup(model: str, threads: int, backend: str = "fast", extra: Sequence[str]
 
 def _machine() -> dict:
     """The CPU model, its instruction sets (AVX2 / AVX-512 / bf16 / AMX), cores, torch threads, 1-minute load."""
-    sys.path.insert(0, str(ROOT))
     from corl_bench.train.precision import machine_facts
 
     return machine_facts()
@@ -317,7 +316,6 @@ def _peak_row(args: argparse.Namespace) -> dict:
     fraction-of-peak figures (issue 41, item 5)."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from corl_bench.train.precision import matmul_rate
 
     torch.set_num_threads(args.threads)

@@ -27,25 +27,21 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
-SWEEP_ONLY = ("name", "output_dir", "keep", "prune", "methods", "cohorts", "seeds", "set", "cells")
 
 
 def cell_args(sweep: Path, method: str, cohort: str, tag: str) -> list[str]:
-    """``--set`` items of the sweep's common settings and of the cell (method, cohort, tag)."""
-    data = yaml.safe_load(sweep.read_text())
-    cells = [c for c in data.get("cells", []) if c.get("method") == method and c.get("cohort") == cohort
-             and c.get("tag", "") == tag]
+    """``--set`` items of the sweep's common settings and of the cell (method, cohort, tag), written as the sweep
+    itself passes them (:func:`corl_bench.train.sweep.cell_config`)."""
+    from corl_bench.train.sweep import load_sweep
+
+    spec = load_sweep(sweep)
+    cells = [c for c in spec.cells if c.get("method") == method and c.get("cohort") == cohort
+             and str(c.get("tag") or "") == tag]
     if not cells:
         raise SystemExit(f"{sweep} has no cell {method}:{cohort}{':' + tag if tag else ''}; see its cells: list")
-    items = {**(data.get("set") or {}), **(cells[0].get("set") or {})}
-    out = []
-    for key, value in items.items():
-        text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
-        out += ["--set", f"{key}={text.removesuffix('...').strip()}"]
-    return out
+    items = [*spec.set.items(), *(cells[0].get("set") or {}).items()] + ([("run.tag", tag)] if tag else [])
+    return [x for k, v in items for x in ("--set", f"{k}={v}")]
 
 
 def worktree(commit: str, where: Path) -> Path:
@@ -113,7 +109,6 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here (default: discard)")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     from corl_bench.train.precision import machine_facts
 
     method, cohort, *tag = args.cell.split(":")

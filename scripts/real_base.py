@@ -31,7 +31,6 @@ import fcntl
 import json
 import math
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -90,13 +89,9 @@ def _git(*args: str) -> str:
 
 
 def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    from corl_bench.train.precision import cpu_model
+
+    return f"{cpu_model()} x{os.cpu_count()}"
 
 
 def _cells() -> dict:

@@ -223,10 +223,10 @@ ISA = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 
 def _cpu() -> str:
     """The CPU's model name, core count and which of :data:`ISA` it has (timings are only comparable within one)."""
-    lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []
-    name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "unknown")
-    flags = set(next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), []))
-    return f"{name} x{os.cpu_count()} ({', '.join(f for f in ISA if f in flags) or 'none of ' + '/'.join(ISA)})"
+    from corl_bench.train.precision import cpu_flags, cpu_model
+
+    flags = cpu_flags()
+    return f"{cpu_model()} x{os.cpu_count()} ({', '.join(f for f in ISA if f in flags) or 'none of ' + '/'.join(ISA)})"
 
 
 def _records() -> dict:

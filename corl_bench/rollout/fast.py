@@ -156,9 +156,10 @@ class FastEngine(InProcessEngine):
             if want != next(model.parameters()).dtype:
                 self.model = copy.deepcopy(model).to(want).requires_grad_(False)
                 self._copy = True
-                _contiguous_head(self.model)
-                if want != torch.float32 and hasattr(self.model, "set_attn_implementation"):
-                    self.model.set_attn_implementation("eager")  # PyTorch's CPU SDPA is ~3x slower in bf16
+                if want != torch.float32:  # the two CPU traps of a low-precision copy
+                    _contiguous_head(self.model)
+                    if hasattr(self.model, "set_attn_implementation"):
+                        self.model.set_attn_implementation("eager")  # PyTorch's CPU SDPA is ~3x slower in bf16
         self.tokenizer = tokenizer
         self.max_batch = max_batch
         self.grow_cache = grow_cache

@@ -39,17 +39,28 @@ class Choice:
     """bf16 over fp32 matrix-product rate, where it was measured"""
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU's feature flags (x86 ``flags``, Arm ``Features``); empty where the file is absent (macOS, Windows)."""
+def _cpuinfo(keys: tuple[str, ...], cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line whose key is one of ``keys``; None where there is none (or no
+    such file: macOS, Windows)."""
     try:
         text = cpuinfo.read_text()
     except OSError:
-        return set()
+        return None
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+        if key.strip() in keys:
+            return value.strip()
+    return None
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (x86 ``flags``, Arm ``Features``); empty where they cannot be read."""
+    return set((_cpuinfo(("flags", "Features"), cpuinfo) or "").split())
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    return _cpuinfo(("model name",), cpuinfo) or platform.processor() or platform.machine()
 
 
 def matmul_rate(dtype: str, shape: tuple[int, int, int] = SHAPE, seconds: float = 0.3) -> float:
@@ -83,9 +94,8 @@ def choose(device: str = "cpu", *, flags: set[str] | None = None, threads: int =
             return Choice("bfloat16", "the GPU supports bf16")
         return Choice("off", "the GPU has no bf16 support")
     found = tuple(f for f in BF16_FLAGS if f in (cpu_flags() if flags is None else flags))
-    cpu = platform.processor() or platform.machine()
     if not found:
-        return Choice("off", f"the CPU ({cpu}) has no bf16 instructions ({' / '.join(BF16_FLAGS[:2])}): bf16 "
+        return Choice("off", f"the CPU ({cpu_model()}) has no bf16 instructions ({' / '.join(BF16_FLAGS[:2])}): bf16 "
                       "would be emulated, slower than fp32")
     if not torch.backends.mkldnn.is_available():
         return Choice("off", "this PyTorch has no oneDNN (mkldnn), its bf16 matrix products take the slow "
@@ -109,18 +119,6 @@ def choose(device: str = "cpu", *, flags: set[str] | None = None, threads: int =
 
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 """the instruction-set flags a CPU timing depends on (recorded with every measurement)"""
-
-
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_facts() -> dict[str, object]:
