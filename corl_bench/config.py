@@ -467,7 +467,7 @@ class MonitorConfig:
                f"{self.entropy_rise!r}); set e.g. monitor.entropy_rise=1.2")
 
 
-RUN_BACKENDS = ("local", "ray")
+RUN_BACKENDS = ("local", "ray", "auto")
 PLACEMENTS = ("auto", "disjoint", "timeshare")
 TRACKERS = ("wandb", "tensorboard")
 
@@ -496,9 +496,10 @@ class RunConfig:
     """end the run cleanly when the collapse alarm fires (``monitor``): finish the step, checkpoint, evaluate
     final, status finished with ``stopped: collapse`` in run.json"""
     backend: str = "local"
-    """where the agents live: ``local`` (one process, agents one after another) or ``ray`` (one Ray actor per
+    """where the agents live: ``local`` (one process, agents one after another), ``ray`` (one Ray actor per
     agent with its own resources; rollouts of all agents at the same time; ``ray start --head`` first for a
-    cluster, else a local Ray is started)"""
+    cluster, else a local Ray is started) or ``auto`` (ray where that is predicted faster on this CPU:
+    :mod:`corl_bench.train.parallel`)"""
     ray_address: str = ""
     """``run.backend=ray``: the cluster to join (``auto``, ``ray://host:10001``); empty = ``auto`` if a cluster
     is running here, else a local one"""

@@ -128,6 +128,12 @@ class Profile:
         return []
 
     @classmethod
+    def compute_weights(cls, cfg: Any) -> list[int | None]:
+        """Each cohort agent's weights that take part in a matrix product per token (layers and LM head): how the
+        agents' step costs compare, for ``run.backend=auto`` (:mod:`corl_bench.train.parallel`). Default: unknown."""
+        return [None] * len(cfg.cohort.agents)
+
+    @classmethod
     def fetch(cls, cfg: Any) -> None:
         """Download what the run needs from the hub before the run directory is written (hf). Default: nothing."""
 

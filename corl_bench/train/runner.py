@@ -123,10 +123,14 @@ def resolve(cfg: Config) -> Plan:
         cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=tuple(defaults)))
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
+    backend_note = []
+    if cfg.run.backend == "auto":  # agents in parallel processes where that is faster (corl_bench.train.parallel)
+        cfg, why = _resolve_backend(cfg, profile_cls)
+        backend_note.append(why)
     cfg, filled = profile_cls.fill_defaults(cfg, method_cls)  # the profile's own sizes (hf: a CPU step)
     refilled = any(n.startswith("eval.benchmarks=") for n in filled)  # the profile chose again (hf on a CPU)
     notes = ([f"eval.benchmarks={list(defaults)} (its default suites; eval.benchmarks was not set)"]
-             if filled_benchmarks and not refilled else []) + list(filled)
+             if filled_benchmarks and not refilled else []) + list(filled) + backend_note
     if cfg.memory.autocast == "auto":  # the machine decides, once, and the resolved config says what it chose
         cfg, why = _resolve_autocast(cfg)
         notes.append(why)
@@ -182,6 +186,30 @@ def _resolve_autocast(cfg: Config) -> tuple[Config, str]:
         cfg = cfg.replace(rollout=dataclasses.replace(cfg.rollout, engine_options={**options, "dtype": "bfloat16"}))
         note += "; rollout.engine_options.dtype=bfloat16 (the fast engine decodes with a bf16 copy)"
     return cfg, note
+
+
+def _resolve_backend(cfg: Config, profile_cls: Any) -> tuple[Config, str]:
+    """``run.backend=auto`` -> ray (with ``run.cpus_per_agent``, unless set) or local; the note says why."""
+    from corl_bench.train.parallel import choose_backend
+
+    devices = [a.device or cfg.model.device for a in cfg.cohort.agents]
+    on_gpu = cfg.run.gpus_per_agent > 0 or any(d.startswith("cuda") for d in devices) or (
+        "auto" in devices and _cuda_visible())
+    user_cpus = int(cfg.run.cpus_per_agent) if cfg.is_set("run.cpus_per_agent") else 0
+    choice = choose_backend(len(cfg.cohort.agents), profile_cls.compute_weights(cfg), on_gpu=on_gpu,
+                            cpus_per_agent=user_cpus)
+    run = dataclasses.replace(cfg.run, backend=choice.backend)
+    note = f"run.backend={choice.backend} (auto: {choice.reason})"
+    if choice.backend == "ray" and not user_cpus:
+        run = dataclasses.replace(run, cpus_per_agent=float(choice.cpus_per_agent))
+        note += f"; run.cpus_per_agent={choice.cpus_per_agent}"
+    return cfg.replace(run=run), note
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _check_extractor(name: str) -> None:

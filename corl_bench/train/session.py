@@ -14,13 +14,16 @@ The run record (:class:`corl_bench.record.RunRecord`) is written through :meth:`
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from corl_bench.record import AgentEntry, RunRecord
 from corl_bench.registries import BENCHMARKS, PROFILES
 from corl_bench.results import RunDir, atomic_write_text
+from corl_bench.train.boundary import Submitting
 from corl_bench.train.resume import check_resumable, find_interrupted, restore_history
 
 log = logging.getLogger(__name__)
@@ -308,9 +311,15 @@ class Session:
         from corl_bench.profile import asked_decoding, asked_items
 
         specs = {b: get_spec(b) for b in self.benches}
-        for a in self.agents:  # each benchmark one chunk (the one evaluation path's seed rule)
-            seed = evaluator.eval_seed(cfg.run.seed, a.spec.seed_offset)
-            scores = self.scores.setdefault(phase, {})[a.name] = {}
+        lock = threading.Lock()
+
+        def counted(n: int) -> None:
+            with lock:
+                advance(n)
+
+        def one(a: Any) -> dict:
+            """Agent ``a`` on every benchmark, each benchmark one chunk (the one evaluation path's seed rule)."""
+            seed, scores = evaluator.eval_seed(cfg.run.seed, a.spec.seed_offset), {}
             for b, (_, items) in self.benches.items():
                 scores[b] = evaluator.evaluate(  # ask_as_trained: in a's format
                     a.generate, specs[b], asked_items(self.profile, specs[b], items[: cfg.eval.max_problems or None],
@@ -320,8 +329,21 @@ class Session:
                                             a.spec),
                     seed=seed, resume=False,
                     tokenizer=getattr(a, "tokenizer", None),  # spec items: the agent's chat template
-                    progress=advance)
+                    progress=counted)
                 log.info("eval %s %s %s: %s", phase, b, a.name, eta.line())
+            return scores
+
+        done = self.scores.setdefault(phase, {})
+        if len(self.agents) > 1 and all(isinstance(a, Submitting) for a in self.agents):
+            # agents in their own processes (Ray actors): evaluated at the same time, as they train; each agent's
+            # generations, seeds and files are its own, so the predictions are those of one after another
+            with ThreadPoolExecutor(len(self.agents), thread_name_prefix="eval") as pool:
+                futures = [pool.submit(one, a) for a in self.agents]
+                for a, f in zip(self.agents, futures):
+                    done[a.name] = f.result()
+        else:
+            for a in self.agents:
+                done[a.name] = one(a)
         self.selector.evaluate(phase, self.agents, advance=advance)
         self.record = self.record.with_phase(phase, time.perf_counter() - t)
         self.write()

@@ -238,8 +238,9 @@ def finished_dir(spec: SweepSpec, cell: Cell) -> Path | None:
     return None
 
 
-#: Fields a finished cell may hold otherwise than the sweep resolves now: where it was written, how many threads ran it.
-FINISHED_IGNORES = frozenset({"run.output_dir", "model.threads"})
+#: Fields a finished cell may hold otherwise than the sweep resolves now: where it was written, how many threads and
+#: processes ran it (run.backend=auto resolves per machine; the results are those of local).
+FINISHED_IGNORES = frozenset({"run.output_dir", "model.threads", "run.backend", "run.cpus_per_agent"})
 
 
 def check_finished(spec: SweepSpec, cells: Sequence[Cell]) -> None:
