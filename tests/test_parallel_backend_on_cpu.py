@@ -51,6 +51,31 @@ def test_balanced_agents_that_scale_badly_go_parallel_and_unbalanced_ones_do_not
     assert mine.cpus_per_agent == 3 and "on 3" in mine.reason
 
 
+def test_a_busy_machine_keeps_local_without_timing(monkeypatch):
+    from corl_bench.train import precision
+
+    monkeypatch.setattr(precision, "matmul_rate", lambda *a, **k: pytest.fail("timed on a busy machine"))
+    busy = choose_backend(2, [BIG, BIG], on_gpu=False, cores=2, ray_installed=True, load=1.9)
+    assert busy.backend == "local" and "busy (load average 1.9 on 2 cores)" in busy.reason
+
+
+def test_an_idle_machine_times_both_shapes_on_both_thread_counts(monkeypatch):
+    from corl_bench.train import precision
+
+    seen = []
+
+    def rate(dtype, shape, seconds):  # 2 threads: 180, 1 thread: 100 at either shape -> scaling 1.8
+        import torch
+
+        seen.append((shape, torch.get_num_threads()))
+        return 180.0 if torch.get_num_threads() == 2 else 100.0
+
+    monkeypatch.setattr(precision, "matmul_rate", rate)
+    c = choose_backend(2, [BIG, BIG], on_gpu=False, cores=2, ray_installed=True, load=0.0)
+    assert {s for s, _ in seen} == set(parallel.SHAPES) and {t for _, t in seen} == {1, 2}
+    assert c.gain == pytest.approx(2 / 1.8) and c.backend == "local" and "(1.80x)" in c.reason
+
+
 def test_small_agents_and_unknown_sizes_keep_local():
     small = choose_backend(2, [MIN_WEIGHTS - 1, BIG], on_gpu=False, cores=16, ray_installed=True, rates=(100., 50.))
     assert small.backend == "local" and "too little work a step" in small.reason

@@ -23,7 +23,8 @@ The prediction leaves out what two processes cost each other (memory traffic, Ra
 uses many cores badly.
 
 Only on CPUs: with GPUs, ``auto`` keeps ``local`` and says so (choose ``run.backend=ray`` and ``run.placement``
-yourself). Without Ray installed, with one agent, or with fewer cores than agents it is ``local`` too.
+yourself). Without Ray installed, with one agent, with fewer cores than agents, or on a busy machine (:data:`BUSY`)
+it is ``local`` too.
 At equal threads a Ray run equals the local one bit for bit (tests/test_ray_backend_on_cpu.py); with a different
 thread count per agent the forward pass's floating-point sums change in the last digits (here the entropy and
 log-prob-gap diagnostics; samples and predictions of the measured cells were identical), so a cell is not
@@ -40,6 +41,10 @@ from typing import Sequence
 MIN_WEIGHTS = 50_000_000
 """the smallest agent's weights per token below which turns are kept: a step's work is then too small for the calls
 between processes (measured: the micro models, ~1 M, ran 1.37x slower in parallel: 144 s against 105 s)"""
+BUSY = 0.5
+"""a 1-minute load average above this share of the cores keeps turns without timing anything: under other work the
+two rates measure the neighbours (2 threads read 1.12x one thread here while a test suite ran, against 1.7-1.9x
+idle)"""
 SHAPES = ((32, 1024, 2816), (512, 1024, 2816))
 """the products timed: a decode step's (32 rows, the real study's 8 prompts x 4 samples) and a training pass's; a
 decode-shaped product scales worse with threads (1.72x from one to two cores here) than a training one (1.96x)"""
@@ -69,13 +74,15 @@ def predicted_gain(n: int, rate_all: float, rate_each: float, weights: Sequence[
 
 
 def choose_backend(n: int, weights: Sequence[int | None], *, on_gpu: bool, cpus_per_agent: int = 0,
-                   cores: int | None = None, ray_installed: bool | None = None, rates: tuple[float, float] | None = None
-                   ) -> BackendChoice:
+                   cores: int | None = None, ray_installed: bool | None = None, rates: tuple[float, float] | None = None,
+                   load: float | None = None) -> BackendChoice:
     """Resolve ``run.backend=auto`` for ``n`` agents with compute per token ``weights`` (see the module docstring).
 
     ``cpus_per_agent``: a value the user set (0: cores // n); ``rates``: (all cores, one share) to use instead of
-    measuring (tests)."""
+    measuring, ``load``: the 1-minute load average to use instead of reading it (tests)."""
     cores = cores or os.cpu_count() or 1
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if ray_installed is None:
         ray_installed = importlib.util.find_spec("ray") is not None
     if n < 2:
@@ -93,6 +100,9 @@ def choose_backend(n: int, weights: Sequence[int | None], *, on_gpu: bool, cpus_
     if min(weights) < MIN_WEIGHTS:  # type: ignore[type-var]
         return BackendChoice("local", 0, None, f"the smallest agent does {min(weights) / 1e6:.1f} M multiply-adds "
                              f"a token, under {MIN_WEIGHTS / 1e6:.0f} M: too little work a step for separate processes")
+    if rates is None and load > BUSY * cores:
+        return BackendChoice("local", 0, None, f"the machine is busy (load average {load:.1f} on {cores} cores): "
+                             "a timing now would not say how the run scales")
     if rates is None:
         from corl_bench.train.precision import matmul_rate
 
