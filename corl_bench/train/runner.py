@@ -123,10 +123,7 @@ def resolve(cfg: Config) -> Plan:
         cfg = cfg.replace(eval=dataclasses.replace(cfg.eval, benchmarks=tuple(defaults)))
     for agent in cohort.agents:
         profile_cls.check_agent(agent)
-    backend_note = []
-    if cfg.run.backend == "auto":  # agents in parallel processes where that is faster (corl_bench.train.parallel)
-        cfg, why = _resolve_backend(cfg, profile_cls)
-        backend_note.append(why)
+    cfg, backend_note = _resolve_backend(cfg, profile_cls)  # run.backend=auto: in parallel where that is faster
     cfg, filled = profile_cls.fill_defaults(cfg, method_cls)  # the profile's own sizes (hf: a CPU step)
     refilled = any(n.startswith("eval.benchmarks=") for n in filled)  # the profile chose again (hf on a CPU)
     notes = ([f"eval.benchmarks={list(defaults)} (its default suites; eval.benchmarks was not set)"]
@@ -188,10 +185,13 @@ def _resolve_autocast(cfg: Config) -> tuple[Config, str]:
     return cfg, note
 
 
-def _resolve_backend(cfg: Config, profile_cls: Any) -> tuple[Config, str]:
-    """``run.backend=auto`` -> ray (with ``run.cpus_per_agent``, unless set) or local; the note says why."""
+def _resolve_backend(cfg: Config, profile_cls: Any) -> tuple[Config, list[str]]:
+    """``run.backend=auto`` -> ray (with ``run.cpus_per_agent``, unless set) or local, and the note that says why
+    (:mod:`corl_bench.train.parallel`); any other backend as it is, no note."""
     from corl_bench.train.parallel import choose_backend
 
+    if cfg.run.backend != "auto":
+        return cfg, []
     devices = [a.device or cfg.model.device for a in cfg.cohort.agents]
     on_gpu = cfg.run.gpus_per_agent > 0 or any(d.startswith("cuda") for d in devices) or (
         "auto" in devices and _cuda_visible())
@@ -203,7 +203,7 @@ def _resolve_backend(cfg: Config, profile_cls: Any) -> tuple[Config, str]:
     if choice.backend == "ray" and not user_cpus:
         run = dataclasses.replace(run, cpus_per_agent=float(choice.cpus_per_agent))
         note += f"; run.cpus_per_agent={choice.cpus_per_agent}"
-    return cfg.replace(run=run), note
+    return cfg.replace(run=run), [note]
 
 
 def _cuda_visible() -> bool:
