@@ -54,8 +54,8 @@ SETTINGS = {"micro": dict(prompts=16, k=8, tokens=40), "smol": dict(prompts=8, k
 ROWS = ("step-micro", "step-smol", "rollout-micro", "rollout-smol", "eval", "vllm", "peak", "limits-micro",
         "limits-smol", "limits-qwen")
 LIMIT_MODELS = {"micro": "micro", "smol": "smol", "qwen": "qwen2.5-0.5b"}  # row suffix -> scripts/bench_limits.py
-SHAPES = {"smol": (576, 1536, 49_152), "gemma3-270m": (640, 2048, 262_144), "qwen2.5-0.5b": (896, 4864, 151_936)}
-"""(hidden, intermediate, vocabulary) of the real models (their config.json): the training shapes of the peak row"""
+PEAK_MODELS = {"smol": "smol", "gemma3-270m": "gemma3-270m", "qwen2.5-0.5b": "qwen2.5-coder-0.5b"}
+"""the real models whose training shapes the peak row times: row label -> entry of corl_bench.hf.fit.KNOWN"""
 PEAK_TOKENS = 1024  # rows of a training product: 8 prompts x 4 samples x 32 tokens, the real study's step
 
 
@@ -322,13 +322,15 @@ def _peak_row(args: argparse.Namespace) -> dict:
     fraction-of-peak figures (issue 41, item 5)."""
     import torch
 
+    from corl_bench.hf.fit import KNOWN
     from corl_bench.train.precision import matmul_rate
 
     torch.set_num_threads(args.threads)
     rates: dict = {}
-    for model, (hidden, inter, vocab) in SHAPES.items():
-        for name, n in (("mlp", inter), ("lm_head", vocab)):
-            shape = (PEAK_TOKENS, hidden, n)
+    for model, entry in PEAK_MODELS.items():
+        arch = KNOWN[entry]
+        for name, n in (("mlp", arch.intermediate), ("lm_head", arch.vocab)):
+            shape = (PEAK_TOKENS, arch.hidden, n)
             rates[f"{model}/{name}"] = {dt: round(matmul_rate(dt, shape, seconds=0.5), 1)
                                         for dt in ("float32", "bfloat16")}
     fp32 = max(r["float32"] for r in rates.values())

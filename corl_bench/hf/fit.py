@@ -90,6 +90,11 @@ class Arch:
         """Decoder parameters: the layers, the embeddings (and untied head), the final norm."""
         return self.layers * self.layer_params + self.embedding_params + self.hidden
 
+    @property
+    def matmul_params(self) -> int:
+        """Weights in a matrix product per token: the decoder layers and the LM head (tied or not, it is one product)."""
+        return self.layers * self.layer_params + self.vocab * self.hidden
+
     def kv_bytes_per_token(self, bytes_per_value: int) -> int:
         return self.layers * 2 * self.kv_heads * self.head_dim * bytes_per_value
 

@@ -314,7 +314,7 @@ class HFProfile(Profile):
     @classmethod
     def compute_weights(cls, cfg: Any) -> list[int | None]:
         """The decoder layers and the LM head of each agent's architecture (None where it is not known yet)."""
-        return [a.layers * a.layer_params + a.vocab * a.hidden if a is not None else None for a in cls.archs(cfg)]
+        return [a.matmul_params if a is not None else None for a in cls.archs(cfg)]
 
     @staticmethod
     def copies(cfg: Any, method_cls: Any) -> int:

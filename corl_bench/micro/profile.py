@@ -153,9 +153,10 @@ class MicroProfile(Profile):
 
         out: list[int | None] = []
         for agent in cfg.cohort.agents:
-            c = dict(getattr(FAMILIES.get(agent.family), "model_kwargs", ()) or ())
+            family = FAMILIES.get(agent.family)
+            c = dict(getattr(family, "model_kwargs", ()) or ())
             h, layers, inter = c.get("hidden_size"), c.get("num_hidden_layers"), c.get("intermediate_size")
-            vocab = getattr(FAMILIES.get(agent.family), "vocab_size", 0) or 800
+            vocab = getattr(family, "vocab_size", 0) or 800
             out.append(layers * (4 * h * h + 3 * h * inter) + vocab * h if h and layers and inter else None)
         return out
 

@@ -188,13 +188,14 @@ def _resolve_autocast(cfg: Config) -> tuple[Config, str]:
 def _resolve_backend(cfg: Config, profile_cls: Any) -> tuple[Config, list[str]]:
     """``run.backend=auto`` -> ray (with ``run.cpus_per_agent``, unless set) or local, and the note that says why
     (:mod:`corl_bench.train.parallel`); any other backend as it is, no note."""
-    from corl_bench.train.parallel import choose_backend
-
     if cfg.run.backend != "auto":
         return cfg, []
-    devices = [a.device or cfg.model.device for a in cfg.cohort.agents]
-    on_gpu = cfg.run.gpus_per_agent > 0 or any(d.startswith("cuda") for d in devices) or (
-        "auto" in devices and _cuda_visible())
+    from corl_bench.models.device import resolve_device
+    from corl_bench.train.parallel import choose_backend
+
+    devices = {a.device or cfg.model.device for a in cfg.cohort.agents}
+    on_gpu = cfg.run.gpus_per_agent > 0 or any(d.startswith("cuda") or (d == "auto" and resolve_device(d) == "cuda")
+                                               for d in devices)
     user_cpus = int(cfg.run.cpus_per_agent) if cfg.is_set("run.cpus_per_agent") else 0
     choice = choose_backend(len(cfg.cohort.agents), profile_cls.compute_weights(cfg), on_gpu=on_gpu,
                             cpus_per_agent=user_cpus)
@@ -204,12 +205,6 @@ def _resolve_backend(cfg: Config, profile_cls: Any) -> tuple[Config, list[str]]:
         run = dataclasses.replace(run, cpus_per_agent=float(choice.cpus_per_agent))
         note += f"; run.cpus_per_agent={choice.cpus_per_agent}"
     return cfg.replace(run=run), [note]
-
-
-def _cuda_visible() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def _check_extractor(name: str) -> None:
