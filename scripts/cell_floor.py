@@ -29,9 +29,9 @@ multiply (``linear(x, W)`` and ``(W @ x^T)^T``): the body's products at the MLP 
 x intermediate) and the LM head's at the head's (tokens x hidden x vocabulary), at 1024 tokens for training and
 evaluation (whose batches an implementation may size freely); a rollout's at prompts x samples rows, the most rows
 one model's decode step has (the cell fixes them). ``--peak-json`` reads the 1024-token rates of another machine
-from a ``scripts/bench_suite.py --rows peak`` JSON instead (one timing each, ``linear`` only; the rollout then at
-the same rates: a lower floor). ``floor_best_s`` puts every product at the single best rate (the most generous
-bound). The models' sizes come from ``corl_bench.hf.fit.KNOWN`` (published config values), so a run's agents must be
+from a ``scripts/bench_suite.py --rows peak`` JSON instead (one timing each, ``linear`` only, which can read low and
+raise the floor; the rollout then at the same rates, which lowers it): a cruder bound than one measured here.
+``floor_best_s`` puts every product at the single best rate (the most generous bound). The models' sizes come from ``corl_bench.hf.fit.KNOWN`` (published config values), so a run's agents must be
 model entries listed there.
 
 The measured side: the run's own phase timings (``run.json``) or, with ``--wall-json``, a
@@ -56,7 +56,9 @@ PHASES = ("rollout", "train", "eval")
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    from corl_bench.results import read_jsonl
+
+    return read_jsonl(path, SystemExit) if path.exists() else []
 
 
 def _common_head(ids: list[list[int]]) -> int:
@@ -92,26 +94,26 @@ def count_work(run: Path, arch_of: Callable[[str], object], tokenize: Callable[[
                              "training count needs one")
         p = min(logged) if logged else 0
         steps, completions = len(rows), sum(m["len/mean"] * prompts * k for m in rows)
-        trains = any("loss" in m for m in rows)  # an agent that only generates (a frozen model) logs no loss
-        new_rows = steps * prompts * k
-        work = {"rollout": {"body": steps * prompts * p + max(0.0, completions - new_rows),
-                            "head": steps * prompts + max(0.0, completions - new_rows)},
-                "train": {"body": 3 * (steps * prompts * p + max(0.0, completions - new_rows)) if trains else 0.0,
-                          "head": 3 * completions if trains else 0.0},
+        trains = 3 if any("loss" in m for m in rows) else 0  # forward + backward; a generating-only model: no loss
+        further = max(0.0, completions - steps * prompts * k)  # every completion token after a row's first
+        work = {"rollout": {"body": steps * prompts * p + further, "head": steps * prompts + further},
+                "train": {"body": trains * (steps * prompts * p + further), "head": trains * completions},
                 "eval": {"body": 0.0, "head": 0.0}}
         decoded = 0
         for path in sorted((run / "eval").glob(f"*/{name}/*.jsonl")):
             preds = _jsonl(path)
-            ids = {str(r["problem_id"]): tokenize(family, r["prompt"]) for r in preds}
-            shared = _common_head(list(ids.values()))
-            own = sum(len(x) - shared for x in ids.values())
+            prompt_of = {str(r["problem_id"]): r["prompt"] for r in preds}  # a problem's decodings share it
+            ids = [tokenize(family, text) for text in prompt_of.values()]
+            shared = _common_head(ids)
+            own = sum(len(x) - shared for x in ids)
             n = [int(r["n_tokens"]) for r in preds if int(r["n_tokens"]) > 0]
             work["eval"]["body"] += shared + own + sum(x - 1 for x in n)
             work["eval"]["head"] += len(ids) + sum(x - 1 for x in n)  # one prefill's head per problem
             decoded += sum(n)
         out[name] = {"family": family, "body_params": body, "head_params": head, "steps": steps,
+                     "rollout_rows": prompts * k,
                      "train_prompt_tokens": p, "completion_tokens": completions, "eval_tokens": decoded,
-                     "trains": trains,
+                     "trains": bool(trains),
                      "flops": {ph: 2.0 * (w["body"] * body + w["head"] * head) for ph, w in work.items()},
                      "flops_by_part": {ph: {"body": 2.0 * w["body"] * body, "head": 2.0 * w["head"] * head}
                                        for ph, w in work.items()}}
@@ -169,13 +171,6 @@ def json_rates(path: Path, families: list[str], dtype: str) -> dict:
     return out
 
 
-def _rollout_rows(run: Path) -> int:
-    import yaml
-
-    r = yaml.safe_load((run / "config.yaml").read_text())["rollout"]
-    return int(r["prompts_per_step"]) * int(r["samples_per_prompt"])
-
-
 def floors(work: dict, rates: dict) -> dict:
     """Per phase: seconds at each product's own rate (``floor_s``) and at the best rate of all (``floor_best_s``)."""
     best = max(r for fam in rates.values() for r in fam.values()) * 1e9
@@ -204,7 +199,7 @@ def measured(run: Path, wall_json: Path | None, side: str) -> dict:
 
 
 def verdict(fl: dict, wall: dict) -> dict:
-    """Share of the peak each measured phase ran at, and what halving it needs (``> 1``: impossible here), with
+    """Share of the peak each measured phase ran at, and what halving it needs (``> 1``: impossible at these rates), with
     every product at its own shape's rate and (``..._best``) at the best rate of all."""
     parts = {"train": ("rollout", "train"), "eval": ("eval",), "cell": PHASES}
     secs_of = {"train": wall.get("train"), "eval": wall.get("eval"),
@@ -256,9 +251,10 @@ def main() -> int:
         return tokenizers[family](text, add_special_tokens=False)["input_ids"]
 
     work = count_work(args.run, arch_of, tokenize)
+    rollout_rows = next(iter(work.values()))["rollout_rows"]
     families = sorted({a["family"] for a in work.values()})
     rates = json_rates(args.peak_json, families, args.dtype) if args.peak_json else \
-        measured_rates(families, arch_of, args.dtype, rows=_rollout_rows(args.run))
+        measured_rates(families, arch_of, args.dtype, rows=rollout_rows)
     fl, wall = floors(work, rates), measured(args.run, args.wall_json, args.side)
     # the machine the rates are of: this one, or the one that wrote --peak-json
     machine = json.loads(args.peak_json.read_text())["rows"]["peak"].get("machine") if args.peak_json else \
@@ -274,7 +270,7 @@ def main() -> int:
     for name, v in report["verdict"].items():
         print(f"{name:8s} measured {v['measured_s']:7.1f} s, floor {v['floor_s']:7.1f} s: ran at "
               f"{100 * v['share_of_peak']:.0f} % of the peak; halving it needs {100 * v['halving_needs']:.0f} % "
-              f"({'impossible here' if v['halving_needs'] > 1 else 'not excluded by the floor'}; "
+              f"({'impossible at these rates' if v['halving_needs'] > 1 else 'not excluded by the floor'}; "
               f"{100 * v['halving_needs_best']:.0f} % with every product at the best rate)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
