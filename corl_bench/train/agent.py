@@ -46,6 +46,7 @@ from corl_bench.train import grpo, prefix
 from corl_bench.train import memory as memops
 from corl_bench.train.boundary import POLICY, CheckpointFile, SampleStats, TrainSample, UpdateStats, checkpoint_file
 from corl_bench.train.checkpoint import write_agent_state
+from corl_bench.train.optim import BlockAdamW
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +178,7 @@ class Agent:
         params = [p for p in model.parameters() if p.requires_grad] if self.lora_rank or freeze_vision \
             else model.parameters()
         self.lr = spec.lr if spec.lr is not None else grpo_cfg.lr
-        self.optimizer = torch.optim.AdamW(params, lr=self.lr, betas=grpo_cfg.betas,
-                                           weight_decay=grpo_cfg.weight_decay)
+        self.optimizer = BlockAdamW(params, lr=self.lr, betas=grpo_cfg.betas, weight_decay=grpo_cfg.weight_decay)
         self._pending: PolicyForward | None = None
         self._micro: list[MicroBatch] = []  # scored micro-batches (memory.micro_batch > 0): tensors, no graph
         self._gap_base: float | None = None  # the first update's engine-vs-trainer log-prob gap (_watch_gap)
