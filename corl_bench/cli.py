@@ -404,7 +404,8 @@ def probe(models: list[str] = typer.Argument(..., help="2+ models: micro family,
           seed: int = typer.Option(0, "--seed", help="sampling seed of models without @SEED"),
           phase: str = typer.Option("base", "--phase", help="for runs: base (pre-RL) or final"),
           from_predictions: bool = typer.Option(False, "--from-predictions", help="no generation: read stored "
-                                                "predictions (sample_index 0.. of the sampled rows)"),
+                                                "predictions (sample_index 0.. of the sampled rows; contamination: "
+                                                "the stored completions, incomplete pairs left out)"),
           data_dir: Optional[str] = typer.Option(None, "--data-dir", help="local benchmark data (or $CORL_BENCH_DATA)"),
           chunk: int = typer.Option(32, "--chunk", help="problems per generation batch; saved per chunk"),
           fractions: str = typer.Option("0.4,0.6,0.8", "--fractions", help="probe contamination: prefix fractions "
@@ -454,8 +455,6 @@ def _contamination(models: list[str], benchmarks: Optional[str], fractions: str,
 
     out = out or Path("results") / "contamination"
     try:
-        if from_predictions:
-            raise ConfigError("the contamination probe generates; drop --from-predictions")
         names = tuple(b.strip() for b in (benchmarks or "gsm8k,math500").split(",") if b.strip())
         if cap is not None and cap < 1:
             raise ConfigError(f"--max-new-tokens must be >= 1 (got {cap}); the contamination probe's default is 256")
@@ -464,7 +463,8 @@ def _contamination(models: list[str], benchmarks: Optional[str], fractions: str,
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        data = cont.probe_contamination(models, settings, out, report=lambda line: say.print(line, highlight=False))
+        data = cont.probe_contamination(models, settings, out, report=lambda line: say.print(line, highlight=False),
+                                        generate=not from_predictions)
         paths = cont.write_reports(data, out)
     except (ConfigError, RegistryError) as e:
         _fail(str(e))

@@ -59,8 +59,8 @@ def test_wilson_interval_by_hand():
     assert wilson(10, 10)[1] == pytest.approx(1.0) and wilson(10, 10)[0] == pytest.approx(0.7225, abs=1e-4)
 
 
-def _row(f, exact, rl, correct=None):
-    return {"id": "p", "fraction": f, "exact": exact, "rouge_l": rl, "answered_correct": correct}
+def _row(f, exact, rl, correct=None, rest="two words"):
+    return {"id": "p", "fraction": f, "exact": exact, "rouge_l": rl, "answered_correct": correct, "rest": rest}
 
 
 def test_aggregate_and_the_flag_rule():
@@ -70,8 +70,8 @@ def test_aggregate_and_the_flag_rule():
     low, mid, high = aggregate(rows, (0.4, 0.6, 0.8))
     assert (low["n"], low["exact"]["k"], low["exact"]["rate"], low["rouge_l"]) == (2, 1, 0.5, 0.75)
     assert low["exact"]["ci95"] == list(wilson(1, 2)) and low["answered_correct"] is None
-    assert mid == {"fraction": 0.6, "n": 0, "exact": {"k": 0, "rate": None, "ci95": None}, "rouge_l": None,
-                   "answered_correct": None}
+    assert mid == {"fraction": 0.6, "n": 0, "short": 0, "exact": {"k": 0, "rate": None, "ci95": None},
+                   "rouge_l": None, "answered_correct": None}
     assert (high["n"], high["exact"]["rate"], high["rouge_l"]) == (4, 0.25, pytest.approx(0.4))
     assert high["answered_correct"] == {"n": 3, "k": 1, "rate": pytest.approx(1 / 3), "ci95": list(wilson(1, 3))}
     stats = [low, mid, high]
@@ -80,6 +80,22 @@ def test_aggregate_and_the_flag_rule():
     assert flag(stats, 0.30) == "no"
     assert flag(stats[:2], 0.10) == "unmeasured"  # 0.8 not probed
     assert flag(aggregate([_row(0.8, False, 0.0)] * 10, (0.8,)), 0.10) == "no"
+
+
+def test_short_remainders_are_stored_but_not_scored():
+    """A one-word remainder ("1?") is a guess: with min_rest_words=2 it is counted as short, not scored; where every
+    remainder at the flag's 80 % is short, the largest shorter prefix with scored rows decides the flag."""
+    rows = [_row(0.4, False, 0.1, rest=" 12 mod 5 equal?")] * 9 + [_row(0.4, True, 1.0, rest=" 12 mod 5?")] + \
+        [_row(0.8, True, 1.0, rest=" 1?"), _row(0.8, False, 0.0, rest=" 4?")]
+    low, high = aggregate(rows, (0.4, 0.8), min_rest_words=2)
+    assert (high["n"], high["short"], high["exact"]["rate"]) == (0, 2, None)
+    assert (low["n"], low["short"], low["exact"]["k"]) == (10, 0, 1)
+    assert cont.flag_stats([low, high]) is low and flag([low, high], 0.10) == "recites"  # 1/10 at 40 %
+    assert flag([low, high], 0.2) == "no"
+    guessed = aggregate(rows, (0.4, 0.8))  # min_rest_words=1 scores the guess: 1 of 2 at 80 %
+    assert guessed[1]["exact"]["rate"] == 0.5 and cont.flag_stats(guessed) is guessed[1]
+    assert aggregate(rows, (0.4, 0.8), min_rest_words=4)[0]["n"] == 9  # " 12 mod 5?" has 3 words
+    assert cont.flag_stats([low]) is None  # 80 % not probed at all: unmeasured, no fallback
 
 
 def test_parse_fractions():
@@ -146,6 +162,14 @@ def test_a_tiny_model_through_the_cli_and_resume(tiny, tmp_path, monkeypatch):
     r = CliRunner().invoke(app, args)  # resumable: nothing is generated, no model is loaded
     assert r.exit_code == 0, r.output
     assert "0 completions to generate (6 stored" in r.output and path.read_text() == before
+    both = [*args[:4], "micro-test,micro-dev", *args[5:], "--from-predictions"]  # report only: nothing generated
+    r = CliRunner().invoke(app, both)
+    assert r.exit_code == 0, r.output
+    partial = json.loads((out / "contamination.json").read_text())
+    assert [x["benchmark"] for x in partial["results"]] == ["micro-test"]
+    assert partial["incomplete"] == [{"model": "tiny-qwen2-bpe", "benchmark": "micro-dev", "missing": 6}]
+    assert "tiny-qwen2-bpe on micro-dev (6 missing)" in (out / "contamination.md").read_text()
+    assert not (out / "tiny-qwen2-bpe" / "micro-dev.jsonl").exists()
     with path.open("a") as f:  # a row stored twice (two runs into one --out) and a torn last line count once
         f.write(json.dumps({**rows[0], "exact": True}) + "\n" + '{"id": "micro-te')
     r = CliRunner().invoke(app, args)
@@ -161,8 +185,7 @@ def test_bad_input_is_one_line():
              (["probe", "contamination", "qwen2-bpe", "-b", "nonesuch"], "nonesuch"),
              (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--fractions", "0.5,1.5"], "(0, 1)"),
              (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--threshold", "2"], "--threshold"),
-             (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--chunk", "0"], "--chunk"),
-             (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--from-predictions"], "--from-predictions")]
+             (["probe", "contamination", "qwen2-bpe", "-b", "micro-test", "--chunk", "0"], "--chunk")]
     for args, text in cases:
         r = CliRunner().invoke(app, args)
         assert r.exit_code == 2 and text in r.output, (args, r.output)
@@ -215,11 +238,15 @@ def test_summary_table_by_hand():
                  {"fraction": 0.8, "n": n, "exact": {"k": k, "rate": k / n, "ci95": [0, 1]}}]
         return {"model": model, "benchmark": bench, "fractions": stats, "flag": flagged}
 
+    short = res("m2", "arith", 0, 40, "no")
+    short["fractions"][0]["exact"] = {"k": 0, "rate": 0.0, "ci95": [0, 0.1]}
+    short["fractions"][1] = {"fraction": 0.8, "n": 0, "short": 40, "exact": {"k": 0, "rate": None, "ci95": None}}
     data = {"settings": {"flag_fraction": 0.8}, "models": [{"label": "m1"}, {"label": "m2"}],
             "results": [res("m1", "gsm8k", 0, 40, "no"), res("m1", "math500", 9, 40, "recites"),
-                        res("m2", "math500", 1, 40, "no")]}
+                        res("m2", "math500", 1, 40, "no"), short]}
     assert cont.summary_table(data) == (
-        "| exact from the 80 % prefix | gsm8k | math500 |\n"
-        "|---|---:|---:|\n"
-        "| m1 | 0/40 (0 %) | **9/40 (22 %)** |\n"
-        "| m2 | – | 1/40 (2 %) |\n")
+        "| exact from the 80 % prefix | gsm8k | math500 | arith |\n"
+        "|---|---:|---:|---:|\n"
+        "| m1 | 0/40 (0 %) | **9/40 (22 %)** | – |\n"
+        "| m2 | – | 1/40 (2 %) | 0/40 (0 %) at 40 % |\n")
+

@@ -25,10 +25,15 @@ Rows go to ``<out>/<model>/<benchmark>.jsonl`` (id, fraction, prefix_chars, rest
 max_new_tokens, answer, answered_correct); a re-run with the same ``--out`` generates only the missing
 (problem, fraction) rows and never loads a model whose rows are complete. :func:`aggregate` gives, per (model,
 benchmark, fraction), n, the exact-match rate and the answered-correct rate with Wilson 95 % intervals and the mean
-ROUGE-L. **Flag rule**: a (model, benchmark) ``recites`` when its exact-match rate at the 80 % prefix is at least
-``threshold`` (default 0.10): a clean benchmark reads about 0 % there, the paper's contaminated pair far above;
-``no`` below it; ``unmeasured`` when 0.8 was not probed. ``contamination.json`` and ``contamination.md`` are
-written atomically; ``corl-bench table`` marks a recited benchmark's columns with ``‡`` (:func:`mark_table`).
+ROUGE-L, over the rows whose remainder has at least ``min_rest_words`` (2) words: a one-word remainder is a guess of
+one token, not recall (the generated arithmetic's 80 % cut of "What is 1 + 1?" leaves " 1?", and a 0.5B model
+"completed" 2 of 40 such remainders by guessing the digit); those rows are stored and counted as ``short``.
+**Flag rule**: a (model, benchmark) ``recites`` when its exact-match rate at the 80 % prefix is at least
+``threshold`` (default 0.10): a clean benchmark reads about 0 % there, the paper's contaminated pair far above; ``no``
+below it; where every 80 % remainder is short, the largest shorter prefix with scored rows decides
+(:func:`flag_stats`, named in the summary); ``unmeasured`` when 0.8 was not probed. ``contamination.json`` and
+``contamination.md`` are written atomically; ``corl-bench table`` marks a recited benchmark's columns with ``‡``
+(:func:`mark_table`).
 """
 
 from __future__ import annotations
@@ -72,6 +77,9 @@ class ContaminationSettings:
     max_new_tokens_cap: int = 256
     data_dir: Optional[str] = None
     batch: int = 32
+    min_rest_words: int = 2
+    """a row whose remainder has fewer whitespace words is stored but not scored: a one-word remainder (the
+    generated arithmetic's 80 % cut leaves "1?") is a guess of one token, not evidence of recall"""
 
 
 # ---------------------------------------------------------------------------------------------- pure scoring
@@ -151,27 +159,45 @@ def _rate(k: int, n: int) -> dict[str, Any]:
     return {"k": k, "rate": k / n if n else None, "ci95": list(ci) if ci else None}
 
 
-def aggregate(rows: Sequence[dict[str, Any]], fractions: Sequence[float]) -> list[dict[str, Any]]:
-    """Per fraction: ``{fraction, n, exact: {k, rate, ci95}, rouge_l (mean; None when n = 0), answered_correct:
-    {n, k, rate, ci95} or None where no row was graded}``."""
+def aggregate(rows: Sequence[dict[str, Any]], fractions: Sequence[float], min_rest_words: int = 1
+              ) -> list[dict[str, Any]]:
+    """Per fraction: ``{fraction, n, short, exact: {k, rate, ci95}, rouge_l (mean; None when n = 0),
+    answered_correct: {n, k, rate, ci95} or None where no row was graded}`` over the rows whose remainder has at
+    least ``min_rest_words`` words (``n`` of them); ``short`` counts the rows left out."""
     out = []
     for f in fractions:
-        mine = [r for r in rows if _key(r["fraction"]) == _key(f)]
+        probed = [r for r in rows if _key(r["fraction"]) == _key(f)]
+        mine = [r for r in probed if len(r["rest"].split()) >= min_rest_words]
         graded = [r for r in mine if r.get("answered_correct") is not None]
         correct = {"n": len(graded), **_rate(sum(bool(r["answered_correct"]) for r in graded), len(graded))}
-        out.append({"fraction": f, "n": len(mine), "exact": _rate(sum(bool(r["exact"]) for r in mine), len(mine)),
+        out.append({"fraction": f, "n": len(mine), "short": len(probed) - len(mine),
+                    "exact": _rate(sum(bool(r["exact"]) for r in mine), len(mine)),
                     "rouge_l": sum(r["rouge_l"] for r in mine) / len(mine) if mine else None,
                     "answered_correct": correct if graded else None})
     return out
 
 
 def flag(stats: Sequence[dict[str, Any]], threshold: float, flag_fraction: float = 0.8) -> str:
-    """:data:`RECITES` when the exact rate at ``flag_fraction`` is >= ``threshold``, :data:`NO` below it,
-    :data:`UNMEASURED` when that fraction has no rows."""
-    at = measured_at(stats, flag_fraction)
+    """:data:`RECITES` when the exact rate of :func:`flag_stats` is >= ``threshold``, :data:`NO` below it,
+    :data:`UNMEASURED` when there is none."""
+    at = flag_stats(stats, flag_fraction)
     if at is None:
         return UNMEASURED
     return RECITES if at["exact"]["rate"] >= threshold else NO
+
+
+def flag_stats(stats: Sequence[dict[str, Any]], flag_fraction: float = 0.8) -> Optional[dict[str, Any]]:
+    """The stats the flag rests on: ``flag_fraction``'s; where it was probed but every remainder there was too short
+    to score (``short``, e.g. a one-word arithmetic remainder), the largest smaller fraction with scored rows; None
+    when ``flag_fraction`` was not probed or nothing is scored."""
+    at = measured_at(stats, flag_fraction)
+    if at is not None:
+        return at
+    probed = next((st for st in stats if _key(st["fraction"]) == _key(flag_fraction) and st.get("short")), None)
+    if probed is None:
+        return None
+    below = [st for st in stats if _key(st["fraction"]) < _key(flag_fraction) and st["n"]]
+    return max(below, key=lambda st: st["fraction"]) if below else None
 
 
 def measured_at(stats: Sequence[dict[str, Any]], fraction: float) -> Optional[dict[str, Any]]:
@@ -317,11 +343,13 @@ def _check_identity(folder: Path, m: ProbeModel, settings: ContaminationSettings
 def probe_contamination(models: Sequence[str], settings: ContaminationSettings, out: Path, *,
                         completer: Optional[Callable[[Any, ContaminationSettings],
                                                      tuple[Complete, Callable[[str], int]]]] = None,
-                        report: Callable[[str], None] = log.info) -> dict[str, Any]:
+                        report: Callable[[str], None] = log.info, generate: bool = True) -> dict[str, Any]:
     """Generate the missing rows of every model x benchmark (resumable), then aggregate: the dict written as
     ``contamination.json`` (settings, models, ``results``: per model x benchmark its fraction stats and flag).
     ``completer`` turns a :class:`~corl_bench.report.probe.ProbeModel` into ``(complete, budget)`` (default
-    :func:`load_completer`; a test double replaces it)."""
+    :func:`load_completer`; a test double replaces it). ``generate=False`` (``--from-predictions``): nothing is
+    generated and no model loaded; a pair with rows missing is left out of ``results`` and listed in
+    ``incomplete`` (model, benchmark, missing rows)."""
     from corl_bench.report.probe import probe_items, resolve_models
 
     completer = completer or load_completer
@@ -332,7 +360,7 @@ def probe_contamination(models: Sequence[str], settings: ContaminationSettings, 
     for spec in specs:
         found = probe_items(spec, settings.data_dir)
         items[spec.name] = found[:settings.max_problems] if settings.max_problems else found
-    results = []
+    results, incomplete = [], []
     for m in resolved:
         folder = out / m.dirname
         _check_identity(folder, m, settings)
@@ -341,6 +369,11 @@ def probe_contamination(models: Sequence[str], settings: ContaminationSettings, 
             path = folder / f"{spec.name}.jsonl"
             have = {(str(r["id"]), _key(r["fraction"])) for r in _stored(path)}
             todo = [(it, f) for it in items[spec.name] for f in settings.fractions if (it.id, _key(f)) not in have]
+            if not generate and todo:
+                report(f"{m.label} / {spec.name}: {len(todo)} completions missing ({len(have)} stored in {path}); "
+                       "left out of the report")
+                incomplete.append({"model": m.label, "benchmark": spec.name, "missing": len(todo)})
+                continue
             report(f"{m.label} / {spec.name}: {len(todo)} completions to generate ({len(have)} stored in {path})")
             cut = []
             for it, f in todo:
@@ -362,15 +395,19 @@ def probe_contamination(models: Sequence[str], settings: ContaminationSettings, 
             ids = {it.id for it in items[spec.name]}
             rows = list({(str(r["id"]), _key(r["fraction"])): r for r in reversed(_stored(path))
                          if str(r["id"]) in ids}.values())  # one row per (problem, fraction): the first stored
-            stats = aggregate(rows, settings.fractions)
+            stats = aggregate(rows, settings.fractions, settings.min_rest_words)
+            used = flag_stats(stats, settings.flag_fraction)
             results.append({"model": m.label, "ref": m.ref, "benchmark": spec.name, "version": spec.version,
                             "n_problems": len(ids), "fractions": stats,
-                            "flag": flag(stats, settings.threshold, settings.flag_fraction)})
+                            "flag": flag(stats, settings.threshold, settings.flag_fraction),
+                            "flag_fraction": used["fraction"] if used else None})
         del loaded
     return {"created_at": now_iso(), "reference": PAPER, "settings": asdict(settings), "packages": _packages(),
             "definitions": {k: " ".join((f.__doc__ or "").split()) for k, f in
-                            (("split", split_prefix), ("exact", exact_completion), ("rouge_l", rouge_l), ("flag", flag))},
-            "models": [{"label": m.label, "ref": m.ref} for m in resolved], "results": results}
+                            (("split", split_prefix), ("exact", exact_completion), ("rouge_l", rouge_l), ("flag", flag),
+                             ("flag_stats", flag_stats))},
+            "models": [{"label": m.label, "ref": m.ref} for m in resolved], "results": results,
+            "incomplete": incomplete}
 
 
 def _packages() -> dict[str, str]:
@@ -400,31 +437,48 @@ def markdown(data: dict[str, Any]) -> str:
              f"Greedy completion of the first {', '.join(f'{100 * f:g} %' for f in s['fractions'])} of each "
              f"problem's text (no chat template; budget min({s['max_new_tokens_cap']}, remainder tokens + "
              f"{s['slack_tokens']})). Flag: `recites` when exact completions at {100 * s['flag_fraction']:g} % >= "
-             f"{100 * s['threshold']:g} %.", "",
+             f"{100 * s['threshold']:g} %.{_short_rule(s)}", "",
              summary_table(data),
-             "| model | benchmark | prefix | n | exact % [95 % CI] | ROUGE-L | answered correctly % [95 % CI] | flag |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+             "| model | benchmark | prefix | n | short | exact % [95 % CI] | ROUGE-L | answered correctly % [95 % CI] "
+             "| flag |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for res in data["results"]:
         for st in res["fractions"]:
             rl = "–" if st["rouge_l"] is None else f"{st['rouge_l']:.3f}"
             lines.append(f"| {res['model']} | {res['benchmark']} | {100 * st['fraction']:g} % | {st['n']} | "
+                         f"{st.get('short', 0)} | "
                          f"{_pct(st['exact'])} | {rl} | {_pct(st['answered_correct'])} | {res['flag']} |")
+    if data.get("incomplete"):
+        lines += ["", "Left out, rows still missing (the probe without --from-predictions generates them): " + "; ".join(
+            f"{x['model']} on {x['benchmark']} ({x['missing']} missing)" for x in data["incomplete"]) + "."]
     return "\n".join(lines) + "\n"
 
 
+def _short_rule(s: dict[str, Any]) -> str:
+    words = s.get("min_rest_words", 1)
+    if words <= 1:
+        return ""
+    return (f" A row whose remainder has fewer than {words} words is kept but not scored (`short`: a one-word "
+            "remainder is a guess, not recall); where every remainder at the flag's prefix is that short, the flag "
+            "rests on the largest shorter prefix with scored rows (named in the summary).")
+
+
 def summary_table(data: dict[str, Any]) -> str:
-    """One row per model, one column per benchmark: exact completions from the flag fraction's prefix as
-    ``k/n (rate %)``, **bold** where the pair is flagged ``recites``; ``–`` where the pair was not probed. The
-    README's contamination table is this text (a test compares them)."""
+    """One row per model, one column per benchmark: exact completions from the flag's prefix (:func:`flag_stats`)
+    as ``k/n (rate %)``, followed by ``at F %`` where that is not the flag fraction; **bold** where the pair is
+    flagged ``recites``; ``–`` where the pair was not probed. The README's contamination table is this text (a test
+    compares them)."""
     s = data["settings"]
     models = [m["label"] for m in data["models"]]
     benches = list(dict.fromkeys(r["benchmark"] for r in data["results"]))
     cell = {}
     for res in data["results"]:
-        at = measured_at(res["fractions"], s["flag_fraction"])
+        at = flag_stats(res["fractions"], s["flag_fraction"])
         if at is None:
             continue
         text = f"{at['exact']['k']}/{at['n']} ({100 * at['exact']['rate']:.0f} %)"
+        if _key(at["fraction"]) != _key(s["flag_fraction"]):
+            text += f" at {100 * at['fraction']:g} %"
         cell[res["model"], res["benchmark"]] = f"**{text}**" if res["flag"] == RECITES else text
     lines = [f"| exact from the {100 * s['flag_fraction']:g} % prefix | " + " | ".join(benches) + " |",
              "|---|" + "---:|" * len(benches)]
@@ -461,9 +515,11 @@ def recited(paths: Sequence[Path]) -> list[dict[str, Any]]:
             for res in data["results"]:
                 if res["flag"] != RECITES:
                     continue
-                at = next(st for st in res["fractions"] if _key(st["fraction"]) == _key(s["flag_fraction"]))
+                at = flag_stats(res["fractions"], s["flag_fraction"])
+                if at is None:
+                    raise KeyError("flag_fraction")
                 found.append({"model": res["model"], "benchmark": res["benchmark"], "k": at["exact"]["k"],
-                              "n": at["n"], "rate": at["exact"]["rate"], "fraction": s["flag_fraction"],
+                              "n": at["n"], "rate": at["exact"]["rate"], "fraction": at["fraction"],
                               "threshold": s["threshold"], "path": str(path)})
         except (OSError, ValueError, KeyError, TypeError, StopIteration) as exc:
             raise ValueError(f"{path} is not a readable contamination report ({exc.__class__.__name__}); rerun "
