@@ -250,3 +250,18 @@ def test_summary_table_by_hand():
         "| m1 | 0/40 (0 %) | **9/40 (22 %)** | – |\n"
         "| m2 | – | 1/40 (2 %) | 0/40 (0 %) at 40 % |\n")
 
+
+
+def test_the_readme_table_is_the_committed_report():
+    """The README's contamination table is ``summary_table`` of the committed report, recomputed from its rows'
+    stats (so neither can drift from the other)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "results" / "contamination" / "contamination.json").read_text(encoding="utf-8"))
+    table = cont.summary_table(data).strip().splitlines()
+    readme = [line.strip() for line in (root / "README.md").read_text(encoding="utf-8").splitlines()]
+    starts = [i for i, line in enumerate(readme) if line == table[0]]  # the table may sit indented in a list item
+    assert any(readme[i: i + len(table)] == table for i in starts), "README's contamination table is stale"
+    for res in data["results"]:  # the stored flags are the rule applied to the stored stats
+        assert res["flag"] == flag(res["fractions"], data["settings"]["threshold"], data["settings"]["flag_fraction"])
